@@ -1,0 +1,110 @@
+//! Data exchanged between plugins: Arrow tables, offsets, source positions and rejected
+//! records.
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use serde::{Deserialize, Serialize};
+
+/// A materialised Arrow table: a schema and zero or more record batches of that schema.
+///
+/// This is what crosses a backend transition and what sinks receive.
+#[derive(Clone, Debug)]
+pub struct Table {
+    /// The schema of every batch.
+    pub schema: SchemaRef,
+    /// The rows, in batches.
+    pub batches: Vec<RecordBatch>,
+}
+
+impl Table {
+    /// A table with no rows.
+    pub fn empty(schema: SchemaRef) -> Self {
+        Table {
+            schema,
+            batches: Vec::new(),
+        }
+    }
+
+    /// A table from batches (the schema is the given one, not re-derived).
+    pub fn new(schema: SchemaRef, batches: Vec<RecordBatch>) -> Self {
+        Table { schema, batches }
+    }
+
+    /// Total number of rows.
+    pub fn num_rows(&self) -> usize {
+        self.batches.iter().map(RecordBatch::num_rows).sum()
+    }
+
+    /// Concatenates all batches into one (an empty batch when there are none).
+    pub fn concat(&self) -> arrow::error::Result<RecordBatch> {
+        arrow::compute::concat_batches(&self.schema, &self.batches)
+    }
+}
+
+/// A source-defined position in its input, serialised into the offsets log.
+///
+/// Offsets are opaque to the runtime; only the source that produced an offset interprets
+/// it. They must be plain JSON so that the checkpoint stays readable and portable.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Offset(pub serde_json::Value);
+
+/// Where a record came from, precisely enough to find it again.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourcePosition {
+    /// The logical asset read.
+    pub asset: String,
+    /// The file, relative to the project root where possible.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// 1-based line in a text file (JSON lines, CSV including its header line).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<u64>,
+    /// 0-based row in a file or table without lines (Parquet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub row: Option<u64>,
+    /// Partition of a partitioned log (Kafka).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<i32>,
+    /// Offset inside the partition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<i64>,
+}
+
+impl std::fmt::Display for SourcePosition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.asset)?;
+        if let Some(file) = &self.file {
+            write!(f, " {file}")?;
+        }
+        if let Some(l) = self.line {
+            write!(f, ":{l}")?;
+        }
+        if let Some(r) = self.row {
+            write!(f, " row {r}")?;
+        }
+        if let (Some(p), Some(o)) = (self.partition, self.offset) {
+            write!(f, " partition {p} offset {o}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A record that did not pass its contract, with why and where from.
+///
+/// Rejected records are never dropped: the runtime writes them to the quarantine output
+/// (or fails the run when the policy says so) and counts them in the run report.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RejectedRecord {
+    /// Diagnostic code of the reason, e.g. `ETL702`.
+    pub code: String,
+    /// Human-readable reason naming the field and the value.
+    pub reason: String,
+    /// The field at fault, when one is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// Where the record came from.
+    pub position: SourcePosition,
+    /// The raw record as read (a text line, or the row rendered as JSON).
+    pub raw: String,
+}

@@ -1,0 +1,292 @@
+//! The catalogue of stable diagnostic codes.
+//!
+//! A code never changes meaning once released; retired codes are not reused. Ranges:
+//! `ETL0xx` load, `ETL1xx` structural, `ETL2xx` reference, `ETL3xx` semantic and
+//! contracts, `ETL4xx` streaming, `ETL5xx` capability, `ETL6xx` guarantee and policy,
+//! `ETL7xx` execution and data, `ETL8xx` checkpoint, `ETL9xx` planning and plans.
+
+use super::{Phase, Severity};
+
+/// The fixed description of one diagnostic code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CodeInfo {
+    /// The stable code, e.g. `ETL201`.
+    pub code: &'static str,
+    /// A short name of the rule (used as the SARIF rule name).
+    pub name: &'static str,
+    /// The phase that reports it.
+    pub phase: Phase,
+    /// The default severity.
+    pub severity: Severity,
+    /// What it means, in one sentence.
+    pub title: &'static str,
+    /// The default hint on how to fix it.
+    pub help: &'static str,
+}
+
+macro_rules! catalogue {
+    ($( $(#[$m:meta])* $ident:ident = ($code:literal, $name:literal, $phase:ident, $sev:ident, $title:literal, $help:literal); )*) => {
+        $(
+            $(#[$m])*
+            #[doc = concat!("`", $code, "` — ", $title)]
+            pub const $ident: CodeInfo = CodeInfo {
+                code: $code,
+                name: $name,
+                phase: Phase::$phase,
+                severity: Severity::$sev,
+                title: $title,
+                help: $help,
+            };
+        )*
+        /// Every code, in code order.
+        pub const ALL: &[CodeInfo] = &[$($ident),*];
+    };
+}
+
+catalogue! {
+    // ---- load ----
+    FILE_UNREADABLE = ("ETL001", "file-unreadable", Load, Error,
+        "A file named by the pipeline, a profile or the command line cannot be read.",
+        "Check that the path exists relative to the project root and is readable.");
+    YAML_SYNTAX = ("ETL002", "yaml-syntax", Load, Error,
+        "A YAML or JSON document is not well formed or does not match the expected shape.",
+        "Fix the syntax at the reported line; `etlantic init` writes a valid example.");
+    UNKNOWN_FIELD = ("ETL003", "unknown-field", Load, Error,
+        "A document has a field ETLantic does not know.",
+        "Remove the field or fix its spelling; extensions go under a key starting with `x-`.");
+    UNSUPPORTED_VERSION = ("ETL004", "unsupported-version", Load, Error,
+        "A document declares an apiVersion/kind this version of ETLantic cannot read.",
+        "Use `apiVersion: etlantic/v1` for pipelines and profiles.");
+    CONTRACT_INVALID = ("ETL005", "contract-invalid", Load, Error,
+        "An ODCS data contract failed to parse or to validate.",
+        "Fix the contract; the message quotes the ODCS validator.");
+    TRANSFORM_PLAN_INVALID = ("ETL006", "transform-plan-invalid", Load, Error,
+        "A DTCS transform plan failed to parse or to validate.",
+        "Fix the plan; the message quotes the DTCS validator.");
+    BAD_URI = ("ETL007", "bad-uri", Load, Error,
+        "A binding URI in a profile cannot be parsed.",
+        "Write URIs as scheme://path, e.g. file://data/orders.jsonl or kafka://broker/topic.");
+    BAD_DURATION = ("ETL008", "bad-duration", Load, Error,
+        "A duration cannot be parsed.",
+        "Write durations as `<integer> <unit>` with unit milliseconds, seconds, minutes, hours or days, e.g. `5 minutes`.");
+
+    // ---- structural ----
+    DUPLICATE_ID = ("ETL101", "duplicate-id", Structural, Error,
+        "Two nodes of the pipeline have the same id.",
+        "Give every source, transformation and sink a unique id.");
+    CYCLE = ("ETL102", "cycle", Structural, Error,
+        "The pipeline graph has a cycle.",
+        "A pipeline must be a directed acyclic graph; remove the edge that closes the loop.");
+    EMPTY_PIPELINE = ("ETL103", "empty-pipeline", Structural, Error,
+        "The pipeline has no source or no sink.",
+        "Declare at least one source and one sink.");
+    PORT_UNCONNECTED = ("ETL104", "port-unconnected", Structural, Error,
+        "An input port of a transformation is not connected, or a port is connected that the transformation does not declare.",
+        "Connect every declared input port to exactly one upstream node.");
+    INVALID_ID = ("ETL105", "invalid-id", Structural, Error,
+        "An id is empty or contains characters other than letters, digits, `_` and `-`.",
+        "Use ids like `clean_orders`.");
+    UNUSED_NODE = ("ETL106", "unused-node", Structural, Warning,
+        "A source or transformation feeds nothing.",
+        "Connect it to a sink or remove it; its data would be read and discarded.");
+
+    // ---- reference ----
+    UNKNOWN_NODE = ("ETL201", "unknown-node", Reference, Error,
+        "An input refers to a node that does not exist.",
+        "Refer to the id of a source or a transformation declared in the pipeline.");
+    UNKNOWN_ASSET = ("ETL202", "unknown-asset", Reference, Error,
+        "A source or sink names a logical asset that is not declared.",
+        "Declare the asset under `assets:` with its contract, or fix the name.");
+    UNBOUND_ASSET = ("ETL203", "unbound-asset", Reference, Error,
+        "A logical asset used by the pipeline is bound to no URI in the profile.",
+        "Bind it under `bindings:` in the profile; an unbound asset is never silently discarded.");
+    UNKNOWN_SCHEME = ("ETL204", "unknown-scheme", Reference, Error,
+        "No registered source or sink plugin handles a binding's URI scheme.",
+        "Use a scheme of a linked plugin (see `etlantic plugins`) or enable the cargo feature that provides it.");
+    UNKNOWN_CONTRACT = ("ETL205", "unknown-contract", Reference, Error,
+        "A contract reference does not resolve.",
+        "Point `contract:` at an ODCS file relative to the pipeline file.");
+    UNKNOWN_COLUMN = ("ETL206", "unknown-column", Reference, Error,
+        "An expression or setting refers to a column that its input does not have.",
+        "Use a column of the input contract; names are case-sensitive.");
+    UNKNOWN_SECRET = ("ETL207", "unknown-secret", Reference, Error,
+        "A secret reference cannot be resolved.",
+        "Secrets are written `${env:NAME}`; set the environment variable before running.");
+    UNKNOWN_PORT = ("ETL208", "unknown-port", Reference, Error,
+        "A transform plan reads an input that the transformation does not declare.",
+        "Name the plan's inputs after the transformation's input ports.");
+
+    // ---- semantic / contracts ----
+    PORT_TYPE_MISMATCH = ("ETL301", "port-type-mismatch", Semantic, Error,
+        "The schema flowing into a port does not match the contract the port declares.",
+        "Make the upstream output contract and the port contract agree (names, types, nullability), or add a projection/cast.");
+    TYPE_MISMATCH = ("ETL302", "type-mismatch", Semantic, Error,
+        "An expression is applied to values of the wrong type.",
+        "Cast the operand, or compare values of the same type.");
+    OUTPUT_CONTRACT_MISMATCH = ("ETL303", "output-contract-mismatch", Semantic, Error,
+        "The schema a transformation produces does not match its declared output contract.",
+        "Change the transformation or the output contract so that names and types agree.");
+    UNSUPPORTED_TYPE = ("ETL304", "unsupported-type", Semantic, Error,
+        "A contract uses a logical/physical type ETLantic cannot map to Arrow.",
+        "Use one of the ODCS logical types (string, integer, number, boolean, date, timestamp, time, object, array) or a supported physicalType.");
+    SINK_CONTRACT_MISMATCH = ("ETL305", "sink-contract-mismatch", Semantic, Error,
+        "The schema a sink receives does not match the sink asset's contract.",
+        "Project and cast to the sink contract before the sink.");
+    UNKNOWN_FUNCTION = ("ETL306", "unknown-function", Semantic, Error,
+        "An expression calls a function that is not in the DTCS function registry.",
+        "Use a registered DTCS function; engine-specific logic belongs in a SQL step.");
+
+    // ---- streaming ----
+    APPEND_AGG_WITHOUT_WATERMARK = ("ETL401", "append-aggregation-without-watermark", Streaming, Error,
+        "An aggregation on an unbounded input in append mode has no watermark on its event-time column.",
+        "Declare a watermark on the source (event_time + watermark delay) and group by an event-time window, or use update/complete mode.");
+    SESSION_WINDOW_UPDATE = ("ETL402", "session-window-update-mode", Streaming, Error,
+        "Session window aggregation does not support update output mode on unbounded inputs.",
+        "Use append mode (with a watermark) or complete mode.");
+    COMPLETE_WITHOUT_AGGREGATION = ("ETL403", "complete-without-aggregation", Streaming, Error,
+        "Complete output mode needs an aggregation.",
+        "Use append mode, or add an aggregation.");
+    UNSUPPORTED_STREAMING_OP = ("ETL404", "unsupported-streaming-operation", Streaming, Error,
+        "An operation is not supported on unbounded inputs (e.g. sort without complete-mode aggregation, limit, global distinct without watermark).",
+        "Move it after an aggregation in complete mode, or run the pipeline bounded.");
+    CONTINUOUS_FALLBACK = ("ETL405", "continuous-trigger-fallback", Streaming, Warning,
+        "The continuous trigger is not supported by the chosen backend; the micro-batch fallback is used.",
+        "Use a processing-time trigger explicitly, or a backend that declares continuous processing.");
+    BAD_WATERMARK = ("ETL406", "bad-watermark", Streaming, Error,
+        "A watermark is declared on a column that is not a timestamp, or with a negative delay.",
+        "Declare the watermark on a timestamp column of the source with a delay >= 0.");
+    MULTIPLE_AGGREGATIONS = ("ETL407", "multiple-streaming-aggregations", Streaming, Error,
+        "More than one stateful aggregation on an unbounded input in append/update mode.",
+        "Spark does not support chained streaming aggregations; split the pipeline or use complete mode.");
+    SIDE_OUTPUT_UNKNOWN = ("ETL408", "late-side-output-unknown", Streaming, Error,
+        "A late-event policy `side_output` names a sink that is not declared.",
+        "Declare the side-output sink, or change the late policy.");
+    UPDATE_MODE_UNSUPPORTED = ("ETL409", "update-mode-unsupported", Streaming, Error,
+        "The output mode is not supported by this sink or this query shape.",
+        "Pick an output mode the sink declares.");
+
+    // ---- capability ----
+    BACKEND_UNSUPPORTED_ACTION = ("ETL501", "backend-unsupported-action", Capability, Error,
+        "The chosen backend does not support an action, function or type that the transformation uses.",
+        "Choose another backend for this step in the profile, or rewrite the step with supported operations.");
+    NO_BACKEND = ("ETL502", "no-backend", Capability, Error,
+        "No registered backend can execute a region.",
+        "Enable the cargo feature of a backend that supports it, or change the profile's engine overrides.");
+    SOURCE_NOT_STREAMABLE = ("ETL503", "source-not-streamable", Capability, Error,
+        "A bounded-only source is used in a streaming run.",
+        "Bind the asset to a streaming-capable source (directory, Kafka, rate) or run in batch mode.");
+    SINK_MODE_UNSUPPORTED = ("ETL504", "sink-mode-unsupported", Capability, Error,
+        "A sink does not support the requested write or output mode.",
+        "Use a write mode the sink declares (see `etlantic plugins`).");
+    FORMAT_UNSUPPORTED = ("ETL505", "format-unsupported", Capability, Error,
+        "A file binding names a format that no plugin reads or writes.",
+        "Use format=jsonl, csv or parquet, or a file extension that implies it.");
+
+    // ---- guarantee / policy ----
+    GUARANTEE_UNMET = ("ETL601", "guarantee-unmet", Guarantee, Error,
+        "The profile requires an end-to-end delivery guarantee that a source/sink pair cannot give.",
+        "Use a replayable source and an idempotent or transactional sink, or lower `require_guarantee`.");
+    SECRET_IN_PLAIN = ("ETL602", "secret-in-plain-text", Policy, Error,
+        "A binding or option contains what looks like a plain-text credential.",
+        "Reference secrets as `${env:NAME}`; they are resolved at run time and never written to a plan.");
+    QUARANTINE_UNBOUND = ("ETL603", "quarantine-unbound", Policy, Error,
+        "Bad records are to be quarantined but the profile binds no quarantine output.",
+        "Bind `quarantine:` in the profile (e.g. file://out/quarantine.jsonl) or set on_error: fail.");
+
+    // ---- execution / data ----
+    RECORD_UNPARSABLE = ("ETL701", "record-unparsable", Execution, Error,
+        "A record could not be parsed.",
+        "Fix the record at the reported source position; it was quarantined.");
+    RECORD_TYPE_MISMATCH = ("ETL702", "record-type-mismatch", Execution, Error,
+        "A field of a record has a value of the wrong type.",
+        "Fix the value or the contract; the record was quarantined.");
+    RECORD_MISSING_REQUIRED = ("ETL703", "record-missing-required", Execution, Error,
+        "A required field of a record is missing or null.",
+        "Provide the field or mark it `required: false` in the contract; the record was quarantined.");
+    RECORD_RULE_VIOLATION = ("ETL704", "record-rule-violation", Execution, Error,
+        "A record breaks a quality rule of its contract.",
+        "Fix the record or the rule; the record was quarantined.");
+    BAD_RECORDS_FAIL = ("ETL705", "bad-records-fail", Execution, Error,
+        "The run failed because a record broke its contract and the policy is `fail`.",
+        "Fix the input, or set on_error: quarantine to route bad records to the quarantine output.");
+    IO_ERROR = ("ETL706", "io-error", Execution, Error,
+        "Reading or writing data failed.",
+        "Check the path or the connection in the binding, and permissions.");
+    ENGINE_ERROR = ("ETL707", "engine-error", Execution, Error,
+        "The execution engine reported an error.",
+        "The message quotes the engine; if the plan validated, please report it.");
+    LATE_EVENT = ("ETL708", "late-event", Execution, Warning,
+        "An event arrived behind the watermark.",
+        "It was handled by the source's late-event policy.");
+    SINK_WRITE_FAILED = ("ETL709", "sink-write-failed", Execution, Error,
+        "A sink failed to write or commit a batch.",
+        "The batch is not committed and will be replayed on restart; check the sink's target.");
+
+    // ---- checkpoint ----
+    CHECKPOINT_CORRUPT = ("ETL801", "checkpoint-corrupt", Checkpoint, Error,
+        "A checkpoint file cannot be read.",
+        "Restore the checkpoint directory from a backup, or start with a new checkpoint location.");
+    CHECKPOINT_INCOMPATIBLE = ("ETL802", "checkpoint-incompatible-plan", Checkpoint, Error,
+        "A restart uses a plan that is incompatible with the checkpoint.",
+        "Run the plan that wrote the checkpoint, or start with a new checkpoint location.");
+    CHECKPOINT_LOCKED = ("ETL803", "checkpoint-locked", Checkpoint, Error,
+        "Another query is using the checkpoint location.",
+        "Stop the other query, or use another checkpoint location.");
+
+    // ---- planning / plans ----
+    PLAN_INVALID = ("ETL901", "plan-invalid", Planning, Error,
+        "A PipelinePlan file cannot be read or its fingerprint does not match its content.",
+        "Produce the plan again with `etlantic plan`; do not edit plan files by hand.");
+    PLANNING_FAILED = ("ETL902", "planning-failed", Planning, Error,
+        "The planner could not place a step in any region.",
+        "See the other diagnostics; the step needs a backend that supports it.");
+    PLAN_TOO_NEW = ("ETL903", "plan-version", Planning, Error,
+        "A PipelinePlan was written by an incompatible version of ETLantic.",
+        "Plan the pipeline again with this version.");
+}
+
+/// Looks a code up by its string.
+pub fn lookup(code: &str) -> Option<&'static CodeInfo> {
+    ALL.iter().find(|c| c.code == code)
+}
+
+/// The catalogue as Markdown (the content of `docs/diagnostics.md`).
+pub fn catalogue_markdown() -> String {
+    let mut out = String::from(
+        "# Diagnostic codes\n\n\
+         Generated from `etlantic_core::diagnostics::codes` (`cargo xtask docs` rewrites this file; \
+         a test fails when it is stale). Codes are stable: a code never changes meaning.\n\n\
+         | code | name | phase | severity | meaning | hint |\n|---|---|---|---|---|---|\n",
+    );
+    for c in ALL {
+        out.push_str(&format!(
+            "| `{}` | {} | {} | {} | {} | {} |\n",
+            c.code,
+            c.name,
+            c.phase.as_str(),
+            c.severity.as_str(),
+            c.title,
+            c.help.replace('|', "\\|")
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn codes_are_unique_and_sorted() {
+        let mut seen = HashSet::new();
+        let mut prev = "";
+        for c in ALL {
+            assert!(seen.insert(c.code), "duplicate code {}", c.code);
+            assert!(c.code > prev, "{} out of order", c.code);
+            prev = c.code;
+            assert!(c.code.starts_with("ETL") && c.code.len() == 6);
+            assert!(!c.help.is_empty() && !c.title.is_empty());
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! The backend and engine-specific transformation contracts.
+
+use crate::data::Table;
+use crate::diagnostics::Result;
+use crate::ir::TransformPlan;
+use arrow::datatypes::SchemaRef;
+use async_trait::async_trait;
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::sync::Arc;
+
+/// The kinds of plan regions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RegionKind {
+    /// Bounded inputs, run once.
+    Batch,
+    /// Unbounded inputs, run in micro-batches.
+    Streaming,
+    /// Pushed down into a database.
+    Sql,
+}
+
+/// What a backend executes. The planner places a step on a backend only if every DTCS
+/// action and function the step uses is listed here (it fails closed otherwise).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackendCapabilities {
+    /// Region kinds it runs.
+    pub region_kinds: Vec<RegionKind>,
+    /// DTCS profiles it implements completely.
+    pub dtcs_profiles: Vec<String>,
+    /// DTCS (and `etlantic:`) action ids it implements.
+    pub actions: Vec<String>,
+    /// DTCS function ids it implements.
+    pub functions: Vec<String>,
+    /// SQL dialects/engines of the SQL steps it runs (e.g. `datafusion`).
+    pub sql_engines: Vec<String>,
+    /// Whether it runs the continuous trigger.
+    pub continuous: bool,
+}
+
+impl BackendCapabilities {
+    /// Whether an action id is supported.
+    pub fn supports_action(&self, id: &str) -> bool {
+        self.actions.iter().any(|a| a == id)
+    }
+
+    /// Whether a function id is supported.
+    pub fn supports_function(&self, id: &str) -> bool {
+        self.functions.iter().any(|f| f == id)
+    }
+}
+
+/// How a step is implemented.
+#[derive(Clone, Debug)]
+pub enum StepLogic {
+    /// A portable DTCS plan with its parameter values.
+    Portable {
+        /// The plan.
+        plan: Arc<TransformPlan>,
+        /// Values of the plan's runtime parameters.
+        parameters: IndexMap<String, Value>,
+        /// The plan output port this step publishes.
+        output: String,
+    },
+    /// An engine-specific SQL query over tables named after the input ports.
+    Sql {
+        /// The query.
+        query: String,
+    },
+    /// A registered [`TransformImpl`].
+    Impl {
+        /// Its name.
+        name: String,
+    },
+}
+
+/// One transformation handed to a backend.
+#[derive(Clone, Debug)]
+pub struct StepTask {
+    /// The transformation id; its result is the relation of this name.
+    pub id: String,
+    /// Port → relation name (a table handed in, or an earlier step of the region).
+    pub inputs: IndexMap<String, String>,
+    /// The implementation.
+    pub logic: StepLogic,
+}
+
+/// An execution engine for batch regions.
+///
+/// # Invariants an implementer must keep
+/// - `capabilities()` is constant and never claims an action or function that
+///   `execute_batch` would reject or compute with different semantics than DTCS defines
+///   (SQL three-valued logic, nulls as ordinary group keys, ...).
+/// - `output_schema` is pure (no data is read) and returns exactly the schema that
+///   `execute_batch` produces for the same step and input schemas.
+/// - `execute_batch` runs `steps` in order; a step may read relations in `inputs` or
+///   results of earlier steps. It returns a table for every name in `outputs`, and
+///   neither drops nor invents rows.
+/// - Errors are diagnostics with codes (`ETL707` for engine failures).
+#[async_trait]
+pub trait Backend: Send + Sync + 'static {
+    /// The backend's name, as used in profiles' engine overrides (e.g. `datafusion`).
+    fn name(&self) -> &'static str;
+
+    /// What it can execute.
+    fn capabilities(&self) -> BackendCapabilities;
+
+    /// The schema a step produces from input schemas.
+    fn output_schema(
+        &self,
+        step: &StepTask,
+        inputs: &IndexMap<String, SchemaRef>,
+    ) -> Result<SchemaRef>;
+
+    /// Runs a batch region.
+    async fn execute_batch(
+        &self,
+        steps: &[StepTask],
+        inputs: IndexMap<String, Table>,
+        outputs: &[String],
+    ) -> Result<IndexMap<String, Table>>;
+}
+
+/// An engine-specific implementation of a named transformation (the escape hatch when
+/// portable DTCS cannot express a step).
+///
+/// # Invariants an implementer must keep
+/// - `name()` is unique among linked implementations for its backend.
+/// - `output_schema` is pure and matches what `execute` returns.
+/// - `execute` is deterministic for the same inputs when the pipeline runs in streaming
+///   mode (micro-batches may be replayed after a failure).
+pub trait TransformImpl: Send + Sync + 'static {
+    /// The name referenced by `impl:` in a pipeline.
+    fn name(&self) -> &'static str;
+    /// The backend it runs on.
+    fn backend(&self) -> &'static str;
+    /// The output schema for the given input schemas (by port).
+    fn output_schema(&self, inputs: &IndexMap<String, SchemaRef>) -> Result<SchemaRef>;
+    /// Computes the output from the inputs (by port).
+    fn execute(&self, inputs: IndexMap<String, Table>) -> Result<Table>;
+}

@@ -1,0 +1,82 @@
+//! Plugin contracts and their registry.
+//!
+//! Sources, sinks, backends and engine-specific transformation implementations register
+//! themselves with [`inventory::submit!`]; the facade links the ones its cargo features
+//! enable, and profiles resolve bindings to them by URI scheme. A third-party crate adds
+//! a plugin the same way:
+//!
+//! ```text
+//! struct MySourceProvider;
+//! impl etlantic_core::plugin::SourceProvider for MySourceProvider { /* ... */ }
+//! inventory::submit! { etlantic_core::plugin::SourceRegistration(&MySourceProvider) }
+//! ```
+
+mod backend;
+mod sink;
+mod source;
+
+pub use backend::{Backend, BackendCapabilities, RegionKind, StepLogic, StepTask, TransformImpl};
+pub use sink::{Sink, SinkBatch, SinkCapabilities, SinkContext, SinkProvider, WriteOutcome};
+pub use source::{
+    ReadLimit, Source, SourceBatch, SourceCapabilities, SourceContext, SourceProvider,
+};
+
+/// Registers a [`SourceProvider`].
+pub struct SourceRegistration(pub &'static dyn SourceProvider);
+/// Registers a [`SinkProvider`].
+pub struct SinkRegistration(pub &'static dyn SinkProvider);
+/// Registers a [`Backend`].
+pub struct BackendRegistration(pub &'static dyn Backend);
+/// Registers a [`TransformImpl`].
+pub struct TransformImplRegistration(pub &'static dyn TransformImpl);
+
+inventory::collect!(SourceRegistration);
+inventory::collect!(SinkRegistration);
+inventory::collect!(BackendRegistration);
+inventory::collect!(TransformImplRegistration);
+
+/// Every linked source provider.
+pub fn source_providers() -> impl Iterator<Item = &'static dyn SourceProvider> {
+    inventory::iter::<SourceRegistration>
+        .into_iter()
+        .map(|r| r.0)
+}
+
+/// Every linked sink provider.
+pub fn sink_providers() -> impl Iterator<Item = &'static dyn SinkProvider> {
+    inventory::iter::<SinkRegistration>.into_iter().map(|r| r.0)
+}
+
+/// Every linked backend.
+pub fn backends() -> impl Iterator<Item = &'static dyn Backend> {
+    inventory::iter::<BackendRegistration>
+        .into_iter()
+        .map(|r| r.0)
+}
+
+/// Every linked engine-specific transformation.
+pub fn transform_impls() -> impl Iterator<Item = &'static dyn TransformImpl> {
+    inventory::iter::<TransformImplRegistration>
+        .into_iter()
+        .map(|r| r.0)
+}
+
+/// The source provider of a URI scheme.
+pub fn source_provider(scheme: &str) -> Option<&'static dyn SourceProvider> {
+    source_providers().find(|p| p.scheme() == scheme)
+}
+
+/// The sink provider of a URI scheme.
+pub fn sink_provider(scheme: &str) -> Option<&'static dyn SinkProvider> {
+    sink_providers().find(|p| p.scheme() == scheme)
+}
+
+/// A backend by name.
+pub fn backend(name: &str) -> Option<&'static dyn Backend> {
+    backends().find(|b| b.name() == name)
+}
+
+/// An engine-specific transformation by name.
+pub fn transform_impl(name: &str) -> Option<&'static dyn TransformImpl> {
+    transform_impls().find(|t| t.name() == name)
+}

@@ -1,0 +1,157 @@
+//! The source plugin contract.
+
+use crate::contract::Contract;
+use crate::data::{Offset, RejectedRecord};
+use crate::diagnostics::Result;
+use crate::guarantee::SourceGuarantee;
+use crate::streaming::ExecutionMode;
+use crate::uri::BindingUri;
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// How much one micro-batch may read (Spark's `maxFilesPerTrigger`,
+/// `maxOffsetsPerTrigger`). `None` means no limit.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadLimit {
+    /// At most this many new files per micro-batch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_files: Option<usize>,
+    /// At most this many records per micro-batch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_records: Option<u64>,
+}
+
+impl ReadLimit {
+    /// No limit.
+    pub fn unlimited() -> Self {
+        Self::default()
+    }
+}
+
+/// What one read returned: the good rows and every rejected record.
+#[derive(Clone, Debug, Default)]
+pub struct SourceBatch {
+    /// Rows that satisfy the source contract's schema, in the source's schema.
+    pub batches: Vec<RecordBatch>,
+    /// Records that did not parse or did not satisfy the contract, with their positions.
+    pub rejected: Vec<RejectedRecord>,
+}
+
+impl SourceBatch {
+    /// Number of good rows.
+    pub fn num_rows(&self) -> usize {
+        self.batches.iter().map(RecordBatch::num_rows).sum()
+    }
+}
+
+/// What a source can do, declared before it is created (the planner checks it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceCapabilities {
+    /// Can be read to its end in a batch run.
+    pub bounded: bool,
+    /// Can be read incrementally in a streaming run.
+    pub unbounded: bool,
+    /// Whether offset ranges can be re-read with the same result.
+    pub guarantee: SourceGuarantee,
+}
+
+/// Everything a provider needs to create a source for one binding.
+#[derive(Clone, Debug)]
+pub struct SourceContext {
+    /// The logical asset being read.
+    pub asset: String,
+    /// The binding, with secret references already resolved.
+    pub uri: BindingUri,
+    /// The Arrow schema the source must produce (derived from `contract`).
+    pub schema: SchemaRef,
+    /// The asset's data contract, for record-level checks while decoding.
+    pub contract: Option<Arc<Contract>>,
+    /// Directory relative paths are resolved against (the project root).
+    pub root: PathBuf,
+    /// Batch or streaming.
+    pub mode: ExecutionMode,
+}
+
+impl SourceContext {
+    /// Resolves a location relative to the project root.
+    pub fn resolve_path(&self, location: &str) -> PathBuf {
+        let p = PathBuf::from(location);
+        if p.is_absolute() {
+            p
+        } else {
+            self.root.join(p)
+        }
+    }
+}
+
+/// A readable input: a finite file, a directory that grows, a log, a generator.
+///
+/// The runtime drives a source like Spark's `Source`: it asks for the latest offset,
+/// writes `(start, end]` to its write-ahead log, reads that range, and later reports the
+/// range as committed.
+///
+/// # Invariants an implementer must keep
+/// - `schema()` never changes over the life of the source, and every batch returned by
+///   `read` has exactly that schema.
+/// - Offsets are plain JSON and totally describe a position: a new instance of the same
+///   source (after a restart) must accept offsets written by an earlier instance.
+/// - `latest_offset(start, limit)` never returns an offset before `start`, and returns
+///   `start` itself (or `None` when `start` is `None`) when there is nothing new. It must
+///   respect `limit`.
+/// - For a source declaring [`SourceGuarantee::Replayable`], `read(start, end)` returns the
+///   same records every time it is called with the same arguments, including after a
+///   restart, until `commit(end)` has been called for an offset at or after `end`.
+/// - `read` never drops a record silently: a record that cannot be decoded into the
+///   schema, or that breaks the contract's record-level rules, is returned in
+///   [`SourceBatch::rejected`] with its position and raw text.
+/// - `commit(end)` only lets the source forget data up to `end`; it must be idempotent.
+#[async_trait]
+pub trait Source: Send + Sync {
+    /// The schema of every batch this source returns.
+    fn schema(&self) -> SchemaRef;
+
+    /// The newest offset that may be read now, starting after `start` (the end of the
+    /// previous batch, `None` at the very beginning), bounded by `limit`.
+    async fn latest_offset(
+        &mut self,
+        start: Option<&Offset>,
+        limit: &ReadLimit,
+    ) -> Result<Option<Offset>>;
+
+    /// Reads the records after `start` up to and including `end`.
+    async fn read(&mut self, start: Option<&Offset>, end: &Offset) -> Result<SourceBatch>;
+
+    /// Data up to `end` is durably processed; the source may release it.
+    async fn commit(&mut self, _end: &Offset) -> Result<()> {
+        Ok(())
+    }
+
+    /// Human-readable description of an offset for progress records (defaults to JSON).
+    fn describe_offset(&self, offset: &Offset) -> serde_json::Value {
+        offset.0.clone()
+    }
+}
+
+/// Creates sources for one URI scheme. Registered with [`inventory::submit!`] through
+/// [`crate::plugin::SourceRegistration`].
+///
+/// # Invariants an implementer must keep
+/// - `scheme()` is a constant lower-case URI scheme; no two linked providers may share it.
+/// - `capabilities` must be answered from the URI alone (no I/O), so that planning works
+///   without touching the data, and it must not promise more than `create`d sources do.
+/// - `create` does not read data; it may open connections or check that paths exist, and
+///   reports problems as diagnostics with codes.
+pub trait SourceProvider: Send + Sync + 'static {
+    /// The URI scheme handled, e.g. `file`.
+    fn scheme(&self) -> &'static str;
+    /// One line describing the provider (for `etlantic plugins`).
+    fn description(&self) -> &'static str;
+    /// What a source for this binding can do.
+    fn capabilities(&self, uri: &BindingUri) -> Result<SourceCapabilities>;
+    /// Creates the source.
+    fn create(&self, ctx: SourceContext) -> Result<Box<dyn Source>>;
+}

@@ -1,0 +1,314 @@
+//! Execution profiles: the operational half of a pipeline. A profile binds logical assets
+//! to physical URIs and holds the run mode, trigger, checkpoint location, per-step engine
+//! overrides, the bad-record policy and secret references. None of this lives in the
+//! pipeline definition, so one pipeline runs unchanged in dev, CI and production.
+
+use crate::diagnostics::{codes, Diagnostic, Diagnostics, Error, Result};
+use crate::guarantee::DeliveryGuarantee;
+use crate::streaming::{ExecutionMode, Trigger, WatermarkPolicy};
+use crate::uri::{self, BindingUri};
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+
+/// What to do with a record that breaks its contract.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnError {
+    /// Write it to the quarantine output with its reason and position; carry on.
+    #[default]
+    Quarantine,
+    /// Stop the run with `ETL705`.
+    Fail,
+}
+
+/// A profile document (`apiVersion: etlantic/v1`, `kind: Profile`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Profile {
+    /// Must be `etlantic/v1`.
+    #[serde(rename = "apiVersion", default = "api_version")]
+    pub api_version: String,
+    /// Must be `Profile`.
+    #[serde(default = "profile_kind")]
+    pub kind: String,
+    /// Name of the profile (e.g. `local`, `prod`).
+    pub name: String,
+    /// Logical asset → URI, e.g. `raw_orders: file://data/orders.jsonl`.
+    #[serde(default)]
+    pub bindings: IndexMap<String, String>,
+    /// Where bad records go (a file URI); defaults to `file://out/quarantine.jsonl`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quarantine: Option<String>,
+    /// What to do with bad records.
+    #[serde(default)]
+    pub on_error: OnError,
+    /// Bounded or unbounded run.
+    #[serde(default)]
+    pub mode: ExecutionMode,
+    /// When micro-batches run (streaming only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<Trigger>,
+    /// Checkpoint directory (streaming only), e.g. `file://.etlantic/checkpoints/orders`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<String>,
+    /// How the global watermark combines inputs.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub watermark_policy: WatermarkPolicy,
+    /// Whether a no-data micro-batch runs when the watermark advances (Spark default: on).
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub no_data_batches: bool,
+    /// The end-to-end guarantee every source/sink pair must give; planning fails otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub require_guarantee: Option<DeliveryGuarantee>,
+    /// Per-step engine overrides: transformation id → backend name.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub engines: IndexMap<String, String>,
+    /// Named secrets: name → reference (`${env:NAME}`). Values are resolved at run time only.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub secrets: IndexMap<String, String>,
+    /// Extensions (`x-...` keys), kept but not interpreted.
+    #[serde(flatten)]
+    pub extensions: IndexMap<String, serde_yaml::Value>,
+}
+
+fn api_version() -> String {
+    "etlantic/v1".into()
+}
+fn profile_kind() -> String {
+    "Profile".into()
+}
+fn yes() -> bool {
+    true
+}
+fn is_true(b: &bool) -> bool {
+    *b
+}
+fn is_default<T: Default + PartialEq>(t: &T) -> bool {
+    *t == T::default()
+}
+
+/// The quarantine output used when a profile names none.
+pub const DEFAULT_QUARANTINE: &str = "file://out/quarantine.jsonl";
+
+impl Profile {
+    /// A profile with no bindings.
+    pub fn new(name: impl Into<String>) -> Self {
+        Profile {
+            api_version: api_version(),
+            kind: profile_kind(),
+            name: name.into(),
+            bindings: IndexMap::new(),
+            quarantine: None,
+            on_error: OnError::default(),
+            mode: ExecutionMode::default(),
+            trigger: None,
+            checkpoint: None,
+            watermark_policy: WatermarkPolicy::default(),
+            no_data_batches: true,
+            require_guarantee: None,
+            engines: IndexMap::new(),
+            secrets: IndexMap::new(),
+            extensions: IndexMap::new(),
+        }
+    }
+
+    /// Adds a binding (builder style).
+    pub fn bind(mut self, asset: impl Into<String>, uri: impl Into<String>) -> Self {
+        self.bindings.insert(asset.into(), uri.into());
+        self
+    }
+
+    /// Parses a profile from YAML, checking its header, extensions, URIs and secrets.
+    pub fn from_yaml(text: &str, origin: &str) -> Result<Self> {
+        let profile: Profile = crate::model::yaml::from_str(text, origin)?;
+        profile.check(origin)?;
+        Ok(profile)
+    }
+
+    /// Reads a profile file.
+    pub fn load(path: &std::path::Path, origin: &str) -> Result<Self> {
+        let text = crate::model::yaml::read_file(path, origin)?;
+        Self::from_yaml(&text, origin)
+    }
+
+    /// Checks everything that can be checked without the pipeline.
+    pub fn check(&self, origin: &str) -> Result<()> {
+        let mut d = Diagnostics::new();
+        if self.api_version != "etlantic/v1" || self.kind != "Profile" {
+            d.push(
+                Diagnostic::new(
+                    &codes::UNSUPPORTED_VERSION,
+                    format!(
+                        "unsupported profile header `{}`/`{}`",
+                        self.api_version, self.kind
+                    ),
+                )
+                .in_file(origin)
+                .help("Write `apiVersion: etlantic/v1` and `kind: Profile`."),
+            );
+        }
+        for key in self.extensions.keys() {
+            if !key.starts_with("x-") {
+                d.push(
+                    Diagnostic::new(
+                        &codes::UNKNOWN_FIELD,
+                        format!("unknown profile field `{key}`"),
+                    )
+                    .in_file(origin)
+                    .at(key.clone()),
+                );
+            }
+        }
+        let mut uris: Vec<(String, &String)> = self
+            .bindings
+            .iter()
+            .map(|(k, v)| (format!("bindings.{k}"), v))
+            .collect();
+        if let Some(q) = &self.quarantine {
+            uris.push(("quarantine".into(), q));
+        }
+        if let Some(c) = &self.checkpoint {
+            uris.push(("checkpoint".into(), c));
+        }
+        for (path, text) in uris {
+            if let Err(e) = BindingUri::parse(text) {
+                d.extend(e.map_diagnostics(|x| x.at(path.clone()).in_file(origin)).0);
+            } else if uri::has_plain_password(text) {
+                d.push(
+                    Diagnostic::new(
+                        &codes::SECRET_IN_PLAIN,
+                        format!(
+                            "`{path}` contains a plain-text password: {}",
+                            uri::redact(text)
+                        ),
+                    )
+                    .at(path)
+                    .in_file(origin),
+                );
+            }
+        }
+        for (name, reference) in &self.secrets {
+            if !uri::is_secret_reference(reference) {
+                d.push(
+                    Diagnostic::new(
+                        &codes::SECRET_IN_PLAIN,
+                        format!("secret `{name}` is not a reference"),
+                    )
+                    .at(format!("secrets.{name}"))
+                    .in_file(origin),
+                );
+            }
+        }
+        d.into_result()
+    }
+
+    /// The parsed binding of an asset.
+    pub fn binding(&self, asset: &str) -> Option<Result<BindingUri>> {
+        self.bindings.get(asset).map(|u| BindingUri::parse(u))
+    }
+
+    /// The quarantine URI (the default when none is set).
+    pub fn quarantine_uri(&self) -> &str {
+        self.quarantine.as_deref().unwrap_or(DEFAULT_QUARANTINE)
+    }
+}
+
+/// Replaces every `${env:NAME}` and `${secret:NAME}` in `text`: environment variables
+/// directly, secrets through the profile's `secrets` table. Only call this at run time,
+/// on values that are never written to a plan, report or log.
+pub fn resolve_secrets(text: &str, profile: &Profile) -> Result<String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let end = after.find('}').ok_or_else(|| {
+            Error::new(&codes::UNKNOWN_SECRET, "unterminated `${` secret reference")
+        })?;
+        let reference = &after[..end];
+        let value = match reference.split_once(':') {
+            Some(("env", name)) => std::env::var(name).map_err(|_| {
+                Error::new(
+                    &codes::UNKNOWN_SECRET,
+                    format!("environment variable `{name}` is not set"),
+                )
+            })?,
+            Some(("secret", name)) => {
+                let inner = profile.secrets.get(name).ok_or_else(|| {
+                    Error::new(
+                        &codes::UNKNOWN_SECRET,
+                        format!("secret `{name}` is not declared in the profile"),
+                    )
+                })?;
+                if inner.contains("${secret:") {
+                    return Err(Error::new(
+                        &codes::UNKNOWN_SECRET,
+                        format!("secret `{name}` refers to another secret"),
+                    ));
+                }
+                resolve_secrets(inner, profile)?
+            }
+            _ => {
+                return Err(Error::new(
+                    &codes::UNKNOWN_SECRET,
+                    format!("cannot resolve `${{{reference}}}`: expected env:NAME or secret:NAME"),
+                ))
+            }
+        };
+        out.push_str(&value);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_profile() {
+        let p = Profile::from_yaml(
+            "apiVersion: etlantic/v1\nkind: Profile\nname: local\nbindings:\n  raw: file://data/raw.jsonl\nmode: streaming\ntrigger: processing_time 10 seconds\nrequire_guarantee: exactly_once\n",
+            "profile.yaml",
+        )
+        .unwrap();
+        assert_eq!(p.mode, ExecutionMode::Streaming);
+        assert_eq!(p.require_guarantee, Some(DeliveryGuarantee::ExactlyOnce));
+        assert_eq!(
+            p.binding("raw").unwrap().unwrap().location,
+            "data/raw.jsonl"
+        );
+        assert!(p.no_data_batches);
+    }
+
+    #[test]
+    fn plain_passwords_and_unknown_fields_are_refused() {
+        let e = Profile::from_yaml(
+            "name: x\nbindings:\n  db: postgres://u:pw@localhost/test\n",
+            "p.yaml",
+        )
+        .unwrap_err();
+        assert_eq!(e.code(), "ETL602");
+        assert!(!e.to_string().contains("pw@"));
+        let e = Profile::from_yaml("name: x\nbindngs: {}\n", "p.yaml").unwrap_err();
+        assert_eq!(e.code(), "ETL003");
+    }
+
+    #[test]
+    fn resolves_secrets_at_run_time() {
+        std::env::set_var("ETLANTIC_TEST_PW", "s3cret");
+        let mut p = Profile::new("t");
+        p.secrets
+            .insert("pg".into(), "${env:ETLANTIC_TEST_PW}".into());
+        assert_eq!(
+            resolve_secrets("postgres://u:${secret:pg}@h/db", &p).unwrap(),
+            "postgres://u:s3cret@h/db"
+        );
+        assert_eq!(
+            resolve_secrets("${env:ETLANTIC_NOPE_NOPE}", &p)
+                .unwrap_err()
+                .code(),
+            "ETL207"
+        );
+    }
+}
