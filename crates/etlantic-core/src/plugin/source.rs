@@ -74,6 +74,10 @@ pub struct SourceContext {
     pub root: PathBuf,
     /// Batch or streaming.
     pub mode: ExecutionMode,
+    /// A directory in the checkpoint that belongs to this source (`sources/<n>/`), for
+    /// sources that must remember what they have seen (e.g. the files of a directory
+    /// stream). `None` in batch runs.
+    pub state_dir: Option<PathBuf>,
 }
 
 impl SourceContext {
