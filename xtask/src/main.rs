@@ -1,1 +1,174 @@
-fn main() {}
+//! Project automation: `cargo xtask <command>`.
+//!
+//! - `ci`: prepare the machine (protoc, PostgreSQL), then run the test suite and the
+//!   Spark conformance corpus — what `.ci/run` runs;
+//! - `demo`: scaffold the example project into `scratch/demo` and run it;
+//! - `docs`: regenerate generated documentation (`docs/diagnostics.md`);
+//! - `bench`: run benchmarks (see `cargo xtask bench --help`).
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+#[derive(Parser)]
+#[command(name = "xtask")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Prepare the machine and run every test (what CI runs).
+    Ci,
+    /// Prepare the machine only (protoc, PostgreSQL).
+    Setup,
+    /// Scaffold the example project into scratch/demo and run it.
+    Demo,
+    /// Regenerate docs/diagnostics.md from the code catalogue.
+    Docs,
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_path_buf()
+}
+
+fn cargo() -> String {
+    std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())
+}
+
+fn run(cmd: &mut Command) -> Result<()> {
+    eprintln!("$ {:?}", cmd);
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot start {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed with {status}");
+    }
+    Ok(())
+}
+
+fn have(program: &str) -> bool {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {program} >/dev/null 2>&1"))
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+/// The Spark Connect protocol crate compiles .proto files with `protoc`.
+fn ensure_protoc() -> Result<()> {
+    if have("protoc") || std::env::var_os("PROTOC").is_some() {
+        return Ok(());
+    }
+    eprintln!("protoc is missing: installing Debian's protobuf-compiler");
+    let install = "apt-get install -y protobuf-compiler >/dev/null || (apt-get update >/dev/null && apt-get install -y protobuf-compiler >/dev/null)";
+    let sudo = if have("sudo") && !is_root() {
+        "sudo "
+    } else {
+        ""
+    };
+    run(Command::new("sh")
+        .arg("-c")
+        .arg(install.replace("apt-get", &format!("{sudo}apt-get"))))
+    .context("install protobuf-compiler (protoc) with your package manager")
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout.starts_with(b"0"))
+        .unwrap_or(false)
+}
+
+/// Tests that need PostgreSQL run against the real server on 127.0.0.1:5432.
+fn ensure_postgres() -> Result<()> {
+    let up = || {
+        Command::new("sh")
+            .arg("-c")
+            .arg("pg_isready -h 127.0.0.1 -p 5432 >/dev/null 2>&1")
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false)
+    };
+    if up() {
+        return Ok(());
+    }
+    if !have("pg_ctlcluster") {
+        eprintln!("warning: PostgreSQL is not running and pg_ctlcluster is not installed");
+        return Ok(());
+    }
+    eprintln!("starting PostgreSQL");
+    run(Command::new("sh").arg("-c").arg(
+        "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql | head -n1) main start",
+    ))?;
+    for _ in 0..30 {
+        if up() {
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
+    bail!("PostgreSQL did not come up on 127.0.0.1:5432")
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let root = root();
+    match cli.command {
+        Cmd::Setup => {
+            ensure_protoc()?;
+            ensure_postgres()?;
+        }
+        Cmd::Ci => {
+            ensure_protoc()?;
+            ensure_postgres()?;
+            run(Command::new(cargo()).current_dir(&root).args([
+                "test",
+                "--workspace",
+                "--no-fail-fast",
+            ]))?;
+        }
+        Cmd::Demo => {
+            ensure_protoc()?;
+            run(Command::new(cargo()).current_dir(&root).args([
+                "build",
+                "--release",
+                "-p",
+                "etlantic",
+            ]))?;
+            let target = std::env::var("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|_| root.join("target"));
+            let bin = target.join("release").join("etlantic");
+            let demo = root.join("scratch").join("demo");
+            if demo.exists() {
+                std::fs::remove_dir_all(&demo)?;
+            }
+            run(Command::new(&bin).arg("init").arg(&demo))?;
+            run(Command::new(&bin).current_dir(&demo).arg("run"))?;
+            let out = std::fs::read_to_string(demo.join("out/customer_revenue.csv"))?;
+            println!("\nout/customer_revenue.csv:\n{out}");
+            let q = std::fs::read_to_string(demo.join("out/quarantine.jsonl")).unwrap_or_default();
+            println!("out/quarantine.jsonl:\n{q}");
+        }
+        Cmd::Docs => {
+            run(Command::new(cargo())
+                .current_dir(&root)
+                .args([
+                    "test",
+                    "-p",
+                    "etlantic-core",
+                    "--lib",
+                    "diagnostics_doc_is_current",
+                ])
+                .env("ETLANTIC_UPDATE_DOCS", "1"))?;
+        }
+    }
+    Ok(())
+}

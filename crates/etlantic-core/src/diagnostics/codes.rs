@@ -89,6 +89,12 @@ catalogue! {
     UNUSED_NODE = ("ETL106", "unused-node", Structural, Warning,
         "A source or transformation feeds nothing.",
         "Connect it to a sink or remove it; its data would be read and discarded.");
+    IMPLEMENTATION_COUNT = ("ETL107", "implementation-count", Structural, Error,
+        "A transformation must have exactly one implementation: `steps`, `plan`, `sql` or `impl`.",
+        "Keep one of `steps`, `plan`, `sql` and `impl`.");
+    SINK_AS_INPUT = ("ETL108", "sink-as-input", Structural, Error,
+        "A node reads from a sink; sinks produce nothing.",
+        "Read from the source or transformation that feeds the sink.");
 
     // ---- reference ----
     UNKNOWN_NODE = ("ETL201", "unknown-node", Reference, Error,
@@ -115,6 +121,9 @@ catalogue! {
     UNKNOWN_PORT = ("ETL208", "unknown-port", Reference, Error,
         "A transform plan reads an input that the transformation does not declare.",
         "Name the plan's inputs after the transformation's input ports.");
+    UNKNOWN_PARAMETER = ("ETL209", "unknown-parameter", Reference, Error,
+        "A transform plan uses a runtime parameter that has no value.",
+        "Give the value under `parameters:` of the transformation.");
 
     // ---- semantic / contracts ----
     PORT_TYPE_MISMATCH = ("ETL301", "port-type-mismatch", Semantic, Error,
@@ -276,6 +285,21 @@ pub fn catalogue_markdown() -> String {
 mod tests {
     use super::*;
     use std::collections::HashSet;
+
+    #[test]
+    fn diagnostics_doc_is_current() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/diagnostics.md");
+        let want = catalogue_markdown();
+        if std::env::var_os("ETLANTIC_UPDATE_DOCS").is_some() {
+            std::fs::write(&path, &want).unwrap();
+        }
+        let have = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            have == want,
+            "docs/diagnostics.md is stale: run `cargo xtask docs`"
+        );
+    }
 
     #[test]
     fn codes_are_unique_and_sorted() {

@@ -1,0 +1,53 @@
+//! The capability phase for steps: a step is placed on a backend only if the backend
+//! declares every action and function the step uses. We fail closed instead of guessing.
+
+use etlantic_core::diagnostics::{codes, Diagnostic, Result};
+use etlantic_core::plugin::{Backend, StepLogic};
+
+/// Checks that `backend` can run `logic`.
+pub fn check_step(backend: &dyn Backend, step: &str, logic: &StepLogic) -> Result<()> {
+    let caps = backend.capabilities();
+    match logic {
+        StepLogic::Portable { plan, .. } => {
+            let (actions, functions) = plan.decoded().registry_ids();
+            let missing: Vec<String> = actions
+                .iter()
+                .filter(|a| !caps.supports_action(a))
+                .map(|a| format!("action {a}"))
+                .chain(
+                    functions
+                        .iter()
+                        .filter(|f| !caps.supports_function(f))
+                        .map(|f| format!("function {f}")),
+                )
+                .collect();
+            if !missing.is_empty() {
+                return Err(Diagnostic::new(
+                    &codes::BACKEND_UNSUPPORTED_ACTION,
+                    format!(
+                        "backend `{}` cannot run `{step}`: it does not support {}",
+                        backend.name(),
+                        missing.join(", ")
+                    ),
+                )
+                .at(format!("transforms[{step}]"))
+                .into());
+            }
+        }
+        StepLogic::Sql { .. } => {
+            if caps.sql_engines.is_empty() {
+                return Err(Diagnostic::new(
+                    &codes::BACKEND_UNSUPPORTED_ACTION,
+                    format!(
+                        "backend `{}` does not run SQL steps (`{step}`)",
+                        backend.name()
+                    ),
+                )
+                .at(format!("transforms[{step}].sql"))
+                .into());
+            }
+        }
+        StepLogic::Impl { .. } => {}
+    }
+    Ok(())
+}

@@ -1,0 +1,170 @@
+//! The streaming validation phase: Spark Structured Streaming's supported-operation rules
+//! for unbounded inputs (`UnsupportedOperationChecker`), each with its own code.
+//!
+//! - `ETL401` an aggregation in append mode needs a watermark on the event-time column it
+//!   groups or windows by;
+//! - `ETL402` session windows do not support update mode;
+//! - `ETL403` complete mode needs an aggregation;
+//! - `ETL404` sort without complete-mode aggregation, limit outside complete mode,
+//!   dedup within the watermark without a watermark, stream joins (not yet run by the
+//!   embedded runtime);
+//! - `ETL407` more than one aggregation on one stream.
+
+use crate::project::Project;
+use etlantic_core::diagnostics::{codes, Diagnostic, Diagnostics};
+use etlantic_core::ir::{Action, Expr, TransformPlan, WindowKind};
+use etlantic_core::streaming::OutputMode;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+fn upstream(
+    project: &Project,
+    node: &str,
+    transforms: &mut Vec<String>,
+    sources: &mut Vec<String>,
+) {
+    if project.pipeline.source(node).is_some() {
+        if !sources.iter().any(|s| s == node) {
+            sources.push(node.to_string());
+        }
+        return;
+    }
+    if let Some(t) = project.pipeline.transform(node) {
+        for r in t.inputs.values() {
+            upstream(project, r.from(), transforms, sources);
+        }
+        if !transforms.iter().any(|x| x == node) {
+            transforms.push(node.to_string());
+        }
+    }
+}
+
+/// Checks every sink's query against the rules; returns the diagnostics found.
+pub fn check(project: &Project, plans: &HashMap<String, Arc<TransformPlan>>) -> Diagnostics {
+    let mut d = Diagnostics::new();
+    let file = project.pipeline_file.clone();
+    for sink in &project.pipeline.sinks {
+        let mode = sink.output_mode.unwrap_or_default();
+        let (mut transforms, mut sources) = (Vec::new(), Vec::new());
+        upstream(project, &sink.input, &mut transforms, &mut sources);
+        let watermarked: Vec<String> = sources
+            .iter()
+            .filter_map(|s| project.pipeline.source(s))
+            .filter(|s| s.watermark.is_some())
+            .filter_map(|s| s.event_time.as_ref().map(|e| e.column.clone()))
+            .collect();
+        let at = format!("sinks[{}]", sink.id);
+        let mut aggregations = 0;
+        for t in &transforms {
+            let Some(plan) = plans.get(t) else { continue };
+            for step in &plan.decoded().steps {
+                let path = format!("transforms[{t}].steps[{}]", step.id);
+                match &step.op {
+                    Action::WindowAggregate { window, .. } => {
+                        aggregations += 1;
+                        if matches!(window.kind, WindowKind::Session { .. }) && mode == OutputMode::Update {
+                            d.push(
+                                Diagnostic::new(
+                                    &codes::SESSION_WINDOW_UPDATE,
+                                    format!("session window aggregation in `{t}` cannot feed `{}` in update mode", sink.id),
+                                )
+                                .at(path.clone())
+                                .in_file(file.clone()),
+                            );
+                        }
+                        if mode == OutputMode::Append && !watermarked.contains(&window.time_column) {
+                            d.push(
+                                Diagnostic::new(
+                                    &codes::APPEND_AGG_WITHOUT_WATERMARK,
+                                    format!(
+                                        "window aggregation over `{}` in `{t}` feeds `{}` in append mode, but `{}` has no watermark",
+                                        window.time_column, sink.id, window.time_column
+                                    ),
+                                )
+                                .at(path.clone())
+                                .in_file(file.clone()),
+                            );
+                        }
+                    }
+                    Action::Aggregate { group_by, .. } => {
+                        aggregations += 1;
+                        let keyed_by_watermark = group_by
+                            .iter()
+                            .any(|g| matches!(&g.expr, Expr::Column(c) if watermarked.contains(c)));
+                        if mode == OutputMode::Append && !keyed_by_watermark {
+                            d.push(
+                                Diagnostic::new(
+                                    &codes::APPEND_AGG_WITHOUT_WATERMARK,
+                                    format!("aggregation in `{t}` feeds `{}` in append mode without a watermarked event-time key", sink.id),
+                                )
+                                .at(path.clone())
+                                .in_file(file.clone()),
+                            );
+                        }
+                    }
+                    Action::Sort { .. } if !(mode == OutputMode::Complete && aggregations > 0) => d.push(
+                        Diagnostic::new(
+                            &codes::UNSUPPORTED_STREAMING_OP,
+                            format!("sorting a stream in `{t}` is only supported after an aggregation in complete mode"),
+                        )
+                        .at(path.clone())
+                        .in_file(file.clone()),
+                    ),
+                    Action::Limit { .. } if mode != OutputMode::Complete => d.push(
+                        Diagnostic::new(
+                            &codes::UNSUPPORTED_STREAMING_OP,
+                            format!("limit on a stream in `{t}` is only supported in complete mode"),
+                        )
+                        .at(path.clone())
+                        .in_file(file.clone()),
+                    ),
+                    Action::DeduplicateWithinWatermark { .. } if watermarked.is_empty() => d.push(
+                        Diagnostic::new(
+                            &codes::UNSUPPORTED_STREAMING_OP,
+                            format!("dedup within the watermark in `{t}` needs a watermarked source"),
+                        )
+                        .at(path.clone())
+                        .in_file(file.clone()),
+                    ),
+                    Action::Join { .. } => d.push(
+                        Diagnostic::new(
+                            &codes::UNSUPPORTED_STREAMING_OP,
+                            format!("the embedded streaming runtime does not run joins yet (`{t}`)"),
+                        )
+                        .at(path.clone())
+                        .in_file(file.clone())
+                        .help("Run the pipeline in batch mode, or on the Spark backend."),
+                    ),
+                    _ => {}
+                }
+            }
+        }
+        if aggregations > 1 {
+            d.push(
+                Diagnostic::new(
+                    &codes::MULTIPLE_AGGREGATIONS,
+                    format!(
+                        "`{}` is fed by {aggregations} streaming aggregations",
+                        sink.id
+                    ),
+                )
+                .at(at.clone())
+                .in_file(file.clone()),
+            );
+        }
+        if mode == OutputMode::Complete && aggregations == 0 {
+            d.push(
+                Diagnostic::new(
+                    &codes::COMPLETE_WITHOUT_AGGREGATION,
+                    format!(
+                        "`{}` uses complete mode but its query has no aggregation",
+                        sink.id
+                    ),
+                )
+                .at(at)
+                .in_file(file.clone()),
+            );
+        }
+    }
+    d
+}
