@@ -35,6 +35,48 @@ impl Table {
         self.batches.iter().map(RecordBatch::num_rows).sum()
     }
 
+    /// Casts every column to `schema`'s type (the lossless conversions the planner
+    /// accepts) and orders columns as `schema` does. Nullability is the contract's
+    /// business, not Arrow's: when data holds nulls in a non-nullable column the batch
+    /// keeps a nullable field so that record-level checks can report them.
+    pub fn conform_to(self, schema: &SchemaRef) -> crate::Result<Table> {
+        use crate::diagnostics::{codes, Error};
+        if self.schema.fields() == schema.fields() {
+            return Ok(Table::new(schema.clone(), self.batches));
+        }
+        let relaxed = std::sync::Arc::new(arrow::datatypes::Schema::new(
+            schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect::<Vec<_>>(),
+        ));
+        let mut out = Vec::with_capacity(self.batches.len());
+        let mut all_strict = true;
+        for b in &self.batches {
+            let mut cols = Vec::with_capacity(schema.fields().len());
+            for f in schema.fields() {
+                let col = b.column_by_name(f.name()).ok_or_else(|| {
+                    Error::new(&codes::SINK_CONTRACT_MISMATCH, format!("column `{}` is missing", f.name()))
+                })?;
+                cols.push(arrow::compute::cast(col, f.data_type()).map_err(|e| {
+                    Error::new(&codes::SINK_CONTRACT_MISMATCH, format!("column `{}`: {e}", f.name()))
+                })?);
+            }
+            let batch = match RecordBatch::try_new(schema.clone(), cols.clone()) {
+                Ok(b) => b,
+                Err(_) => {
+                    all_strict = false;
+                    RecordBatch::try_new(relaxed.clone(), cols)
+                        .map_err(|e| Error::new(&codes::ENGINE_ERROR, e.to_string()))?
+                }
+            };
+            out.push(batch);
+        }
+        let schema = if all_strict { schema.clone() } else { relaxed };
+        let out = out
+            .into_iter()
+            .map(|b| b.with_schema(schema.clone()).expect("same columns, looser or equal nullability"))
+            .collect();
+        Ok(Table::new(schema, out))
+    }
+
     /// Concatenates all batches into one (an empty batch when there are none).
     pub fn concat(&self) -> arrow::error::Result<RecordBatch> {
         arrow::compute::concat_batches(&self.schema, &self.batches)
