@@ -1,1 +1,37 @@
-//! etlantic-sinks
+//! # etlantic-sinks
+//!
+//! Sink plugins of ETLantic. Each connector lives in its own module behind its own cargo
+//! feature and registers itself with
+//! `inventory::submit! { etlantic_core::plugin::SinkRegistration(&Provider) }`.
+//!
+//! | scheme | module | feature | batch | streaming | output modes | protocol |
+//! |---|---|---|---|---|---|---|
+//! | `file://` | [`files`] | `files` | yes | yes (a directory) | append, complete | idempotent by batch id |
+//! | `console://` | [`console`] | `console` | yes | yes | append, update, complete | plain append |
+//! | `memory://<name>` | [`memory`] | `memory` | yes | yes | append, update, complete | idempotent by batch id |
+//!
+//! [`quarantine::QuarantineWriter`] (always built) writes rejected records as JSON lines.
+//!
+//! Planned connectors and the features that will hold them: Delta Lake (`delta`, with
+//! the transaction app id/version for idempotence), Iceberg (`iceberg`, snapshot
+//! properties), Kafka (`kafka`, transactions) and SQL — PostgreSQL and SQLite — (`sql`,
+//! a progress row in the same transaction); a foreach-batch sink will join them.
+//!
+//! Registration happens when the crate is linked into the final binary: a program or
+//! test that reaches the providers only through the registry
+//! (`etlantic_core::plugin::sink_provider("file")`) must still name the crate,
+//! e.g. with `use etlantic_sinks as _;`.
+#![warn(missing_docs)]
+
+#[cfg(feature = "console")]
+pub mod console;
+#[cfg(feature = "files")]
+pub mod files;
+#[allow(dead_code)]
+mod fsutil;
+#[cfg(feature = "memory")]
+pub mod memory;
+pub mod quarantine;
+
+#[cfg(feature = "files")]
+pub use files::read_committed;

@@ -1,1 +1,39 @@
-//! etlantic-sources
+//! # etlantic-sources
+//!
+//! Source plugins of ETLantic. Each connector lives in its own module behind its own
+//! cargo feature and registers itself with
+//! `inventory::submit! { etlantic_core::plugin::SourceRegistration(&Provider) }`, so
+//! linking this crate with a feature makes its URI scheme available to profiles.
+//!
+//! | scheme | module | feature | bounded | unbounded | guarantee |
+//! |---|---|---|---|---|---|
+//! | `file://` | [`files`] | `files` | yes | directories | replayable |
+//! | `memory://<name>` | [`memory`] | `memory` | yes | yes | replayable |
+//! | `rate://` | [`rate`] | `generator` | no | yes | replayable |
+//!
+//! Planned connectors and the features that will hold them: Kafka (`kafka`, through
+//! `rdkafka`) and Delta change data feed (`delta`, through `deltalake`); Nexmark
+//! generators will join `rate` under `generator`. Iceberg and SQL are sink-side features
+//! of `etlantic-sinks`.
+//!
+//! Every source decodes contract-aware through [`decode`]: a record that does not parse,
+//! has a value of the wrong type, misses a required field or breaks a field constraint
+//! is returned as a [`etlantic_core::data::RejectedRecord`] (`ETL701`..`ETL704`) with its
+//! position and raw text, never dropped; good records go on in batches of exactly the
+//! contract's schema.
+//!
+//! Registration happens when the crate is linked into the final binary: a program or
+//! test that reaches the providers only through the registry
+//! (`etlantic_core::plugin::source_provider("file")`) must still name the crate,
+//! e.g. with `use etlantic_sources as _;`.
+#![warn(missing_docs)]
+
+pub mod decode;
+#[cfg(feature = "files")]
+pub mod files;
+#[allow(dead_code)]
+mod fsutil;
+#[cfg(feature = "memory")]
+pub mod memory;
+#[cfg(feature = "generator")]
+pub mod rate;

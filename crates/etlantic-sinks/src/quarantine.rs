@@ -1,0 +1,131 @@
+//! The quarantine output: rejected records as JSON lines.
+//!
+//! Each [`RejectedRecord`] becomes one line
+//!
+//! ```json
+//! {"code":"ETL702","reason":"field `amount`: expected a number (Float64), got a string \"abc\"","field":"amount","position":{"asset":"orders","file":"data/orders.jsonl","line":5},"raw":"{\"amount\":\"abc\"}","run_id":"r-1","batch_id":3}
+//! ```
+//!
+//! appended to the file (created with its parent directories) and flushed durably
+//! (`fsync`) before [`QuarantineWriter::write`] returns. `field` is `null` for a record
+//! that did not parse; `batch_id` is `null` in batch runs. A micro-batch replayed after a
+//! crash may quarantine its records again: the `run_id`/`batch_id` pair identifies
+//! duplicates.
+
+use etlantic_core::data::RejectedRecord;
+use etlantic_core::diagnostics::{codes, Error, Result};
+use etlantic_core::uri::BindingUri;
+use serde_json::{json, Map, Value};
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Appends rejected records to a JSON-lines file.
+#[derive(Debug)]
+pub struct QuarantineWriter {
+    path: PathBuf,
+    file: File,
+}
+
+fn io(what: &str, path: &Path, e: std::io::Error) -> Error {
+    Error::new(
+        &codes::IO_ERROR,
+        format!("cannot {what} quarantine file `{}`: {e}", path.display()),
+    )
+}
+
+impl QuarantineWriter {
+    /// Opens `path` for appending, creating it and its parent directories.
+    pub fn open(path: impl Into<PathBuf>) -> Result<Self> {
+        let path = path.into();
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| io("create the directory of", &path, e))?;
+        }
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| io("open", &path, e))?;
+        Ok(QuarantineWriter { path, file })
+    }
+
+    /// Opens the quarantine output named by a profile (`file://<path>`; a relative path
+    /// is resolved against `root`). Other schemes are refused (`ETL505`).
+    pub fn from_uri(uri: &str, root: &Path) -> Result<Self> {
+        let parsed = BindingUri::parse(uri)?;
+        if parsed.scheme != "file" {
+            return Err(Error::new(
+                &codes::FORMAT_UNSUPPORTED,
+                format!(
+                    "quarantine output `{}` must be a file:// URI",
+                    parsed.redacted()
+                ),
+            ));
+        }
+        let p = PathBuf::from(&parsed.location);
+        Self::open(if p.is_absolute() { p } else { root.join(p) })
+    }
+
+    /// The file written.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// One record as its JSON line's value.
+    pub fn to_json(record: &RejectedRecord, run_id: &str, batch_id: Option<u64>) -> Value {
+        let mut m = Map::new();
+        m.insert("code".into(), json!(record.code));
+        m.insert("reason".into(), json!(record.reason));
+        m.insert("field".into(), json!(record.field));
+        m.insert(
+            "position".into(),
+            serde_json::to_value(&record.position).expect("positions serialise"),
+        );
+        m.insert("raw".into(), json!(record.raw));
+        m.insert("run_id".into(), json!(run_id));
+        m.insert("batch_id".into(), json!(batch_id));
+        Value::Object(m)
+    }
+
+    /// Appends `records` and makes them durable; returns how many were written.
+    pub fn write(
+        &mut self,
+        run_id: &str,
+        batch_id: Option<u64>,
+        records: &[RejectedRecord],
+    ) -> Result<usize> {
+        if records.is_empty() {
+            return Ok(0);
+        }
+        let mut buf = String::new();
+        for r in records {
+            buf.push_str(&Self::to_json(r, run_id, batch_id).to_string());
+            buf.push('\n');
+        }
+        self.file
+            .write_all(buf.as_bytes())
+            .map_err(|e| io("write", &self.path, e))?;
+        self.file.flush().map_err(|e| io("flush", &self.path, e))?;
+        self.file
+            .sync_data()
+            .map_err(|e| io("sync", &self.path, e))?;
+        Ok(records.len())
+    }
+}
+
+/// Reads a quarantine file back (one JSON value per line).
+pub fn read_quarantine(path: impl AsRef<Path>) -> Result<Vec<Value>> {
+    let path = path.as_ref();
+    let text = std::fs::read_to_string(path).map_err(|e| io("read", path, e))?;
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            serde_json::from_str(l).map_err(|e| {
+                Error::new(
+                    &codes::IO_ERROR,
+                    format!("quarantine file `{}` has a bad line: {e}", path.display()),
+                )
+            })
+        })
+        .collect()
+}

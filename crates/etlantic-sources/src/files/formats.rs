@@ -1,0 +1,332 @@
+//! Readers of one file: JSON lines, CSV and Parquet, all contract-aware.
+
+use crate::decode::{row_as_json, BatchBuilder, ContractDecoder, RecordProblem};
+use crate::fsutil::{display_relative, io_error};
+use arrow::array::RecordBatch;
+use etlantic_core::data::SourcePosition;
+use etlantic_core::diagnostics::{codes, Error, Result};
+use etlantic_core::plugin::SourceBatch;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ProjectionMask;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::path::Path;
+
+/// A file format the `file://` source reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileFormat {
+    /// One JSON object per line (`.jsonl`, `.ndjson`, `.json`).
+    #[serde(rename = "jsonl")]
+    JsonLines,
+    /// Comma-separated values (`.csv`).
+    Csv,
+    /// Apache Parquet (`.parquet`).
+    Parquet,
+}
+
+impl FileFormat {
+    /// The format named by a `?format=` value (`jsonl`, `json`, `ndjson`, `csv`,
+    /// `parquet`; case-insensitive).
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name.to_ascii_lowercase().as_str() {
+            "jsonl" | "json" | "ndjson" | "jsonlines" => Some(FileFormat::JsonLines),
+            "csv" => Some(FileFormat::Csv),
+            "parquet" => Some(FileFormat::Parquet),
+            _ => None,
+        }
+    }
+
+    /// The format implied by a file name's extension.
+    pub fn from_path(path: &Path) -> Option<Self> {
+        let ext = path.extension()?.to_str()?.to_ascii_lowercase();
+        match ext.as_str() {
+            "jsonl" | "ndjson" | "json" => Some(FileFormat::JsonLines),
+            "csv" => Some(FileFormat::Csv),
+            "parquet" => Some(FileFormat::Parquet),
+            _ => None,
+        }
+    }
+
+    /// The canonical name (`jsonl`, `csv`, `parquet`).
+    pub fn name(self) -> &'static str {
+        match self {
+            FileFormat::JsonLines => "jsonl",
+            FileFormat::Csv => "csv",
+            FileFormat::Parquet => "parquet",
+        }
+    }
+}
+
+/// CSV reading options (`?header=`, `?delimiter=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CsvOptions {
+    /// The first line names the columns (default `true`). Columns are then matched to
+    /// the contract by name; without a header they are matched by position.
+    pub header: bool,
+    /// The field delimiter (default `,`).
+    pub delimiter: u8,
+}
+
+impl Default for CsvOptions {
+    fn default() -> Self {
+        CsvOptions {
+            header: true,
+            delimiter: b',',
+        }
+    }
+}
+
+/// Everything needed to read files of one source.
+pub(crate) struct ReadCtx<'a> {
+    pub asset: &'a str,
+    pub root: &'a Path,
+    pub decoder: &'a ContractDecoder,
+    pub csv: CsvOptions,
+    pub batch_size: usize,
+}
+
+impl ReadCtx<'_> {
+    fn position(&self, rel: &str) -> SourcePosition {
+        SourcePosition {
+            asset: self.asset.to_string(),
+            file: Some(rel.to_string()),
+            ..SourcePosition::default()
+        }
+    }
+}
+
+/// Reads one file into `out`: good rows into batches, bad records into rejects. Errors
+/// that concern the whole file (unreadable, not Parquet, a missing required column or a
+/// lossy cast) are returned as `Err`, naming the file.
+pub(crate) fn read_file(
+    ctx: &ReadCtx<'_>,
+    path: &Path,
+    format: FileFormat,
+    out: &mut SourceBatch,
+) -> Result<()> {
+    let rel = display_relative(path, ctx.root);
+    let result = match format {
+        FileFormat::JsonLines => read_jsonl(ctx, path, &rel, out),
+        FileFormat::Csv => read_csv(ctx, path, &rel, out),
+        FileFormat::Parquet => read_parquet(ctx, path, &rel, out),
+    };
+    result.map_err(|e| {
+        e.map_diagnostics(|d| {
+            let d = if d.file.is_none() { d.in_file(&rel) } else { d };
+            if d.message.contains(&rel) {
+                d
+            } else {
+                let msg = format!("{}: {}", rel, d.message);
+                etlantic_core::Diagnostic { message: msg, ..d }
+            }
+        })
+    })
+}
+
+fn flush(builder: &mut BatchBuilder, out: &mut SourceBatch) -> Result<()> {
+    if let Some(b) = builder.finish()? {
+        out.batches.push(b);
+    }
+    Ok(())
+}
+
+fn read_jsonl(ctx: &ReadCtx<'_>, path: &Path, rel: &str, out: &mut SourceBatch) -> Result<()> {
+    let bytes = std::fs::read(path).map_err(|e| io_error("read", path, e))?;
+    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&bytes);
+    let mut builder = ctx.decoder.builder();
+    for (i, line) in bytes.split(|b| *b == b'\n').enumerate() {
+        let lineno = i as u64 + 1;
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let reject = |p: RecordProblem, out: &mut SourceBatch| {
+            let mut pos = ctx.position(rel);
+            pos.line = Some(lineno);
+            out.rejected
+                .push(p.into_rejected(pos, String::from_utf8_lossy(line).into_owned()));
+        };
+        let text = match std::str::from_utf8(line) {
+            Ok(t) => t,
+            Err(e) => {
+                reject(
+                    RecordProblem::unparsable(format!("line {lineno} is not valid UTF-8: {e}")),
+                    out,
+                );
+                continue;
+            }
+        };
+        let value: Value = match serde_json::from_str(text) {
+            Ok(v) => v,
+            Err(e) => {
+                reject(
+                    RecordProblem::unparsable(format!("line {lineno} is not valid JSON: {e}")),
+                    out,
+                );
+                continue;
+            }
+        };
+        match builder.push_json(&value) {
+            Ok(()) => {
+                if builder.len() >= ctx.batch_size {
+                    flush(&mut builder, out)?;
+                }
+            }
+            Err(p) => reject(p, out),
+        }
+    }
+    flush(&mut builder, out)
+}
+
+fn read_csv(ctx: &ReadCtx<'_>, path: &Path, rel: &str, out: &mut SourceBatch) -> Result<()> {
+    let bytes = std::fs::read(path).map_err(|e| io_error("read", path, e))?;
+    let bom = if bytes.starts_with(b"\xEF\xBB\xBF") {
+        3
+    } else {
+        0
+    };
+    let data = &bytes[bom..];
+    let schema = ctx.decoder.schema();
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .delimiter(ctx.csv.delimiter)
+        .from_reader(data);
+    let csv_error = |e: csv::Error| {
+        Error::new(
+            &codes::RECORD_UNPARSABLE,
+            format!("cannot read the CSV file: {e}"),
+        )
+    };
+    let mut record = csv::ByteRecord::new();
+    // Which CSV column feeds each schema field.
+    let (mapping, expected): (Vec<Option<usize>>, usize) = if ctx.csv.header {
+        if !reader.read_byte_record(&mut record).map_err(csv_error)? {
+            return Ok(());
+        }
+        let names: Vec<String> = record
+            .iter()
+            .map(|n| String::from_utf8_lossy(n).trim().to_string())
+            .collect();
+        let mut mapping = Vec::with_capacity(schema.fields().len());
+        for f in schema.fields() {
+            let idx = names
+                .iter()
+                .position(|n| n == f.name())
+                .or_else(|| names.iter().position(|n| n.eq_ignore_ascii_case(f.name())));
+            if idx.is_none() && !f.is_nullable() {
+                return Err(Error::new(
+                    &codes::RECORD_TYPE_MISMATCH,
+                    format!(
+                        "the CSV header has no column `{}`, which the contract requires (header: {})",
+                        f.name(),
+                        names.join(",")
+                    ),
+                )
+                .map_diagnostics(|d| d.on_line(1)));
+            }
+            mapping.push(idx);
+        }
+        (mapping, names.len())
+    } else {
+        let n = schema.fields().len();
+        ((0..n).map(Some).collect(), n)
+    };
+    let mut builder = ctx.decoder.builder();
+    loop {
+        if !reader.read_byte_record(&mut record).map_err(csv_error)? {
+            break;
+        }
+        let (line, start) = record
+            .position()
+            .map(|p| (p.line(), p.byte() as usize))
+            .unwrap_or((0, 0));
+        let end = (reader.position().byte() as usize).min(data.len());
+        let raw_bytes = &data[start.min(end)..end];
+        let raw_bytes = raw_bytes.strip_suffix(b"\n").unwrap_or(raw_bytes);
+        let raw_bytes = raw_bytes.strip_suffix(b"\r").unwrap_or(raw_bytes);
+        let raw = String::from_utf8_lossy(raw_bytes).into_owned();
+        let mut pos = ctx.position(rel);
+        pos.line = Some(line);
+        if record.len() != expected {
+            out.rejected.push(
+                RecordProblem::unparsable(format!(
+                    "line {line} has {} columns, expected {expected}",
+                    record.len()
+                ))
+                .into_rejected(pos, raw),
+            );
+            continue;
+        }
+        let fields: std::result::Result<Vec<&str>, _> =
+            record.iter().map(std::str::from_utf8).collect();
+        let fields = match fields {
+            Ok(f) => f,
+            Err(e) => {
+                out.rejected.push(
+                    RecordProblem::unparsable(format!("line {line} is not valid UTF-8: {e}"))
+                        .into_rejected(pos, raw),
+                );
+                continue;
+            }
+        };
+        let values: Vec<Option<&str>> = mapping.iter().map(|m| m.map(|i| fields[i])).collect();
+        match builder.push_text(&values) {
+            Ok(()) => {
+                if builder.len() >= ctx.batch_size {
+                    flush(&mut builder, out)?;
+                }
+            }
+            Err(p) => out.rejected.push(p.into_rejected(pos, raw)),
+        }
+    }
+    flush(&mut builder, out)
+}
+
+fn read_parquet(ctx: &ReadCtx<'_>, path: &Path, rel: &str, out: &mut SourceBatch) -> Result<()> {
+    let file = std::fs::File::open(path).map_err(|e| io_error("open", path, e))?;
+    let not_parquet = |e: parquet::errors::ParquetError| {
+        Error::new(
+            &codes::RECORD_UNPARSABLE,
+            format!("cannot read the Parquet file: {e}"),
+        )
+    };
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(not_parquet)?;
+    // Read only the contract's columns.
+    let file_schema = builder.schema().clone();
+    let wanted: Vec<usize> = ctx
+        .decoder
+        .schema()
+        .fields()
+        .iter()
+        .filter_map(|f| file_schema.index_of(f.name()).ok())
+        .collect();
+    let mask = ProjectionMask::roots(builder.parquet_schema(), wanted);
+    let reader = builder
+        .with_projection(mask)
+        .with_batch_size(ctx.batch_size)
+        .build()
+        .map_err(not_parquet)?;
+    let mut row_base = 0u64;
+    for batch in reader {
+        let batch: RecordBatch = batch.map_err(|e| {
+            Error::new(
+                &codes::RECORD_UNPARSABLE,
+                format!("cannot decode the Parquet file: {e}"),
+            )
+        })?;
+        let conformed = ctx.decoder.conform_batch(&batch)?;
+        for (i, problem) in conformed.rejected {
+            let mut pos = ctx.position(rel);
+            pos.row = Some(row_base + i as u64);
+            out.rejected
+                .push(problem.into_rejected(pos, row_as_json(&batch, i)));
+        }
+        if conformed.batch.num_rows() > 0 {
+            out.batches.push(conformed.batch);
+        }
+        row_base += batch.num_rows() as u64;
+    }
+    Ok(())
+}

@@ -1,0 +1,669 @@
+//! The `file://` source: a file, or a directory of files, in JSON lines, CSV or Parquet.
+//!
+//! # Binding
+//!
+//! `file://<path>?format=jsonl|json|csv|parquet&header=true&delimiter=,&max_files_per_trigger=N`
+//!
+//! - `<path>` is a file or a directory; a relative path is resolved against the project
+//!   root ([`SourceContext::resolve_path`]).
+//! - `format` defaults to the file extension: `.jsonl`, `.ndjson` and `.json` are JSON
+//!   lines, `.csv` is CSV, `.parquet` is Parquet.
+//! - A directory is read as every file of the format directly inside it, sorted by
+//!   name. Hidden files and files whose name starts with `_` or `.` are ignored (so a
+//!   writer can stage files under such names and rename them into place). With an
+//!   explicit `format`, files without an extension are read too; without one, each file
+//!   is read according to its own extension and files with other extensions are ignored.
+//! - CSV: `header` (default `true`: the first line names the columns, which are matched
+//!   to the contract by name; `false`: columns are matched by position) and `delimiter`
+//!   (one character, or `tab`).
+//! - `max_files_per_trigger` (also `maxFilesPerTrigger`): at most this many new files per
+//!   micro-batch; the runtime's [`ReadLimit::max_files`] applies as well (the smaller
+//!   wins).
+//! - `batch_size`: rows per Arrow batch (default 8192).
+//!
+//! Decoding is contract-aware and never loses a record; see [`crate::decode`]. Rejected
+//! records carry the asset, the file (relative to the project root), the 1-based line
+//! for JSON lines and CSV (CSV counts its header line) or the 0-based row for Parquet,
+//! and the raw line (Parquet: the row as JSON).
+//!
+//! # Capabilities and offsets
+//!
+//! Always bounded; unbounded (streaming) only for directories (decided from the URI: a
+//! location whose last segment has a known format extension is a file). Replayable.
+//!
+//! Streaming follows Spark's file stream source: the source keeps a log of the files it
+//! has seen under [`SourceContext::state_dir`] (the checkpoint's `sources/<n>/`), one
+//! JSON file per batch index listing the files assigned to it, written atomically
+//! (temporary file, `fsync`, rename). [`Source::latest_offset`] lists the directory,
+//! assigns unseen files (at most the file limit) to the next index, persists that
+//! assignment, and returns `{"index": n}`; [`Source::read`] reads exactly the files
+//! assigned to the indexes in `(start, end]`, also after a restart with a new instance.
+//! A file that changes after it was assigned is not read again.
+//!
+//! Without a state directory (batch runs) the offset lists the files themselves:
+//! `{"files": ["a.jsonl", "b.jsonl"]}` covers those files (cumulatively), and `read`
+//! returns the files of `end` that are not in `start`. A plain file is one file.
+
+mod formats;
+
+pub use formats::{CsvOptions, FileFormat};
+
+use crate::decode::ContractDecoder;
+use crate::fsutil::{io_error, write_atomic};
+use etlantic_core::data::Offset;
+use etlantic_core::diagnostics::{codes, Error, Result};
+use etlantic_core::guarantee::SourceGuarantee;
+use etlantic_core::plugin::{
+    ReadLimit, Source, SourceBatch, SourceCapabilities, SourceContext, SourceProvider,
+    SourceRegistration,
+};
+use etlantic_core::uri::BindingUri;
+use formats::ReadCtx;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+
+/// Default number of rows per Arrow batch.
+pub const DEFAULT_BATCH_SIZE: usize = 8192;
+
+/// The provider of `file://` sources.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FileSourceProvider;
+
+inventory::submit! { SourceRegistration(&FileSourceProvider) }
+
+/// The options of a `file://` source binding.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileSourceOptions {
+    /// `?format=`, when given.
+    pub format: Option<FileFormat>,
+    /// CSV options.
+    pub csv: CsvOptions,
+    /// `?max_files_per_trigger=`.
+    pub max_files_per_trigger: Option<usize>,
+    /// `?batch_size=` (rows per Arrow batch).
+    pub batch_size: usize,
+}
+
+fn bad_param(uri: &BindingUri, key: &str, value: &str, expected: &str) -> Error {
+    Error::new(
+        &codes::BAD_URI,
+        format!(
+            "binding `{}`: parameter `{key}={value}` is invalid, expected {expected}",
+            uri.redacted()
+        ),
+    )
+}
+
+impl FileSourceOptions {
+    /// Parses the query parameters of a `file://` URI. An unknown parameter is an error
+    /// (`ETL007`), an unknown format `ETL505`.
+    pub fn from_uri(uri: &BindingUri) -> Result<Self> {
+        let mut o = FileSourceOptions {
+            format: None,
+            csv: CsvOptions::default(),
+            max_files_per_trigger: None,
+            batch_size: DEFAULT_BATCH_SIZE,
+        };
+        for (key, value) in &uri.params {
+            match key.as_str() {
+                "format" => {
+                    o.format = Some(FileFormat::from_name(value).ok_or_else(|| {
+                        Error::new(
+                            &codes::FORMAT_UNSUPPORTED,
+                            format!(
+                                "binding `{}`: unknown format `{value}` (the file source reads jsonl, json, csv, parquet)",
+                                uri.redacted()
+                            ),
+                        )
+                    })?)
+                }
+                "header" => {
+                    o.csv.header = match value.to_ascii_lowercase().as_str() {
+                        "true" | "1" | "yes" => true,
+                        "false" | "0" | "no" => false,
+                        _ => return Err(bad_param(uri, key, value, "true or false")),
+                    }
+                }
+                "delimiter" | "sep" => {
+                    o.csv.delimiter = match value.as_str() {
+                        "tab" | "\\t" | "\t" => b'\t',
+                        v if v.len() == 1 && v.is_ascii() => v.as_bytes()[0],
+                        _ => return Err(bad_param(uri, key, value, "one ASCII character or `tab`")),
+                    }
+                }
+                "max_files_per_trigger" | "maxFilesPerTrigger" => {
+                    let n: usize = value
+                        .parse()
+                        .ok()
+                        .filter(|n| *n > 0)
+                        .ok_or_else(|| bad_param(uri, key, value, "a positive integer"))?;
+                    o.max_files_per_trigger = Some(n);
+                }
+                "batch_size" => {
+                    o.batch_size = value
+                        .parse()
+                        .ok()
+                        .filter(|n| *n > 0)
+                        .ok_or_else(|| bad_param(uri, key, value, "a positive integer"))?;
+                }
+                other => {
+                    return Err(Error::new(
+                        &codes::BAD_URI,
+                        format!(
+                            "binding `{}`: unknown parameter `{other}` for the file source (known: format, header, delimiter, max_files_per_trigger, batch_size)",
+                            uri.redacted()
+                        ),
+                    ))
+                }
+            }
+        }
+        Ok(o)
+    }
+}
+
+/// Whether a location names a file (its last segment has a known format extension)
+/// rather than a directory. Decided without I/O.
+pub fn looks_like_file(location: &str) -> bool {
+    !location.ends_with('/') && FileFormat::from_path(Path::new(location)).is_some()
+}
+
+impl SourceProvider for FileSourceProvider {
+    fn scheme(&self) -> &'static str {
+        "file"
+    }
+
+    fn description(&self) -> &'static str {
+        "Files and directories of JSON lines, CSV or Parquet (directories stream new files)"
+    }
+
+    fn capabilities(&self, uri: &BindingUri) -> Result<SourceCapabilities> {
+        FileSourceOptions::from_uri(uri)?;
+        Ok(SourceCapabilities {
+            bounded: true,
+            unbounded: !looks_like_file(&uri.location),
+            guarantee: SourceGuarantee::Replayable,
+        })
+    }
+
+    fn create(&self, ctx: SourceContext) -> Result<Box<dyn Source>> {
+        Ok(Box::new(FileSource::new(ctx)?))
+    }
+}
+
+/// One entry of the seen-files log: the files assigned to a batch index.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogEntry {
+    /// Format version of the entry (1).
+    pub version: u32,
+    /// The batch index.
+    pub index: u64,
+    /// The files, in read order.
+    pub files: Vec<LoggedFile>,
+}
+
+/// A file in the seen-files log.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoggedFile {
+    /// Path relative to the source directory.
+    pub path: String,
+    /// Size in bytes when it was listed.
+    pub size: u64,
+    /// Modification time when it was listed (epoch milliseconds).
+    pub modified_ms: i64,
+}
+
+/// The seen-files log under a state directory.
+#[derive(Debug)]
+struct SeenLog {
+    dir: PathBuf,
+    entries: BTreeMap<u64, Vec<String>>,
+    seen: HashSet<String>,
+}
+
+impl SeenLog {
+    fn load(dir: PathBuf) -> Result<Self> {
+        let mut log = SeenLog {
+            dir,
+            entries: BTreeMap::new(),
+            seen: HashSet::new(),
+        };
+        let listing = match std::fs::read_dir(&log.dir) {
+            Ok(l) => l,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(log),
+            Err(e) => return Err(io_error("list", &log.dir, e)),
+        };
+        for item in listing {
+            let item = item.map_err(|e| io_error("list", &log.dir, e))?;
+            let name = item.file_name().to_string_lossy().into_owned();
+            let Ok(index) = name.parse::<u64>() else {
+                continue;
+            };
+            let path = item.path();
+            let text = std::fs::read_to_string(&path).map_err(|e| io_error("read", &path, e))?;
+            let entry: LogEntry = serde_json::from_str(&text).map_err(|e| {
+                Error::new(
+                    &codes::CHECKPOINT_CORRUPT,
+                    format!("file source log entry `{}` is corrupt: {e}", path.display()),
+                )
+            })?;
+            let files: Vec<String> = entry.files.into_iter().map(|f| f.path).collect();
+            log.seen.extend(files.iter().cloned());
+            log.entries.insert(index, files);
+        }
+        Ok(log)
+    }
+
+    fn last_index(&self) -> Option<u64> {
+        self.entries.keys().next_back().copied()
+    }
+
+    fn append(&mut self, index: u64, files: Vec<LoggedFile>) -> Result<()> {
+        let entry = LogEntry {
+            version: 1,
+            index,
+            files,
+        };
+        let text = serde_json::to_string_pretty(&entry).expect("log entries serialise");
+        write_atomic(&self.dir.join(index.to_string()), text.as_bytes())?;
+        let names: Vec<String> = entry.files.into_iter().map(|f| f.path).collect();
+        self.seen.extend(names.iter().cloned());
+        self.entries.insert(index, names);
+        Ok(())
+    }
+}
+
+#[derive(Debug)]
+enum Position {
+    Index(u64),
+    Files(Vec<String>),
+}
+
+fn bad_offset(offset: &Offset) -> Error {
+    Error::new(
+        &codes::CHECKPOINT_CORRUPT,
+        format!(
+            "`{}` is not an offset of the file source (expected {{\"index\": n}} or {{\"files\": [...]}})",
+            offset.0
+        ),
+    )
+}
+
+fn parse_offset(offset: &Offset) -> Result<Position> {
+    if let Some(i) = offset.0.get("index").and_then(|v| v.as_u64()) {
+        return Ok(Position::Index(i));
+    }
+    if let Some(files) = offset.0.get("files").and_then(|v| v.as_array()) {
+        return files
+            .iter()
+            .map(|f| f.as_str().map(String::from))
+            .collect::<Option<Vec<_>>>()
+            .map(Position::Files)
+            .ok_or_else(|| bad_offset(offset));
+    }
+    Err(bad_offset(offset))
+}
+
+struct Listed {
+    name: String,
+    size: u64,
+    modified_ms: i64,
+}
+
+/// A `file://` source (see the [module docs](self)).
+pub struct FileSource {
+    asset: String,
+    root: PathBuf,
+    /// The directory files are listed in (a plain file's parent).
+    base: PathBuf,
+    /// The file name, for a plain-file source.
+    single: Option<(String, FileFormat)>,
+    options: FileSourceOptions,
+    decoder: ContractDecoder,
+    log: Option<SeenLog>,
+}
+
+impl std::fmt::Debug for FileSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileSource")
+            .field("asset", &self.asset)
+            .field("base", &self.base)
+            .field("single", &self.single)
+            .finish()
+    }
+}
+
+impl FileSource {
+    /// Creates the source; checks that the path exists (a directory may be missing in a
+    /// streaming run: it is read as empty until it appears) and loads the seen-files log.
+    pub fn new(ctx: SourceContext) -> Result<Self> {
+        let options = FileSourceOptions::from_uri(&ctx.uri)?;
+        let path = ctx.resolve_path(&ctx.uri.location);
+        let streaming = ctx.mode == etlantic_core::streaming::ExecutionMode::Streaming;
+        let is_file = if path.is_dir() {
+            false
+        } else if path.is_file() {
+            true
+        } else if streaming && !looks_like_file(&ctx.uri.location) {
+            false
+        } else {
+            return Err(Error::new(
+                &codes::IO_ERROR,
+                format!("asset `{}`: `{}` does not exist", ctx.asset, path.display()),
+            ));
+        };
+        let (base, single) = if is_file {
+            if streaming {
+                return Err(Error::new(
+                    &codes::SOURCE_NOT_STREAMABLE,
+                    format!(
+                        "asset `{}`: `{}` is a file; only a directory can be read as a stream",
+                        ctx.asset,
+                        path.display()
+                    ),
+                ));
+            }
+            let format = options
+                .format
+                .or_else(|| FileFormat::from_path(&path))
+                .ok_or_else(|| {
+                    Error::new(
+                        &codes::FORMAT_UNSUPPORTED,
+                        format!(
+                            "asset `{}`: cannot tell the format of `{}` from its extension; add ?format=jsonl|csv|parquet",
+                            ctx.asset,
+                            path.display()
+                        ),
+                    )
+                })?;
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+            (base, Some((name, format)))
+        } else {
+            (path, None)
+        };
+        let decoder = ContractDecoder::new(ctx.schema.clone(), ctx.contract.as_deref())?;
+        let log = match &ctx.state_dir {
+            Some(dir) => Some(SeenLog::load(dir.clone())?),
+            None => None,
+        };
+        Ok(FileSource {
+            asset: ctx.asset,
+            root: ctx.root,
+            base,
+            single,
+            options,
+            decoder,
+            log,
+        })
+    }
+
+    fn format_of(&self, name: &str) -> Option<FileFormat> {
+        if let Some((single, format)) = &self.single {
+            return (single == name).then_some(*format);
+        }
+        let path = Path::new(name);
+        match (self.options.format, FileFormat::from_path(path)) {
+            (Some(f), Some(e)) => (f == e).then_some(f),
+            (Some(f), None) => path.extension().is_none().then_some(f),
+            (None, e) => e,
+        }
+    }
+
+    fn list(&self) -> Result<Vec<Listed>> {
+        let stat = |name: &str| -> Result<Listed> {
+            let path = self.base.join(name);
+            let meta = std::fs::metadata(&path).map_err(|e| io_error("stat", &path, e))?;
+            Ok(Listed {
+                name: name.to_string(),
+                size: meta.len(),
+                modified_ms: meta
+                    .modified()
+                    .ok()
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                    .map(|d| d.as_millis() as i64)
+                    .unwrap_or(0),
+            })
+        };
+        if let Some((name, _)) = &self.single {
+            return Ok(vec![stat(name)?]);
+        }
+        let listing = match std::fs::read_dir(&self.base) {
+            Ok(l) => l,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_error("list", &self.base, e)),
+        };
+        let mut names = Vec::new();
+        for item in listing {
+            let item = item.map_err(|e| io_error("list", &self.base, e))?;
+            let name = item.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') || name.starts_with('_') || self.format_of(&name).is_none() {
+                continue;
+            }
+            // Follow symlinks: a link to a file counts as a file.
+            if std::fs::metadata(item.path()).is_ok_and(|m| m.is_file()) {
+                names.push(name);
+            }
+        }
+        names.sort();
+        names.iter().map(|n| stat(n)).collect()
+    }
+
+    fn file_limit(&self, limit: &ReadLimit) -> Option<usize> {
+        match (limit.max_files, self.options.max_files_per_trigger) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+        .map(|n| n.max(1))
+    }
+
+    fn read_names(&self, names: &[String]) -> Result<SourceBatch> {
+        let ctx = ReadCtx {
+            asset: &self.asset,
+            root: &self.root,
+            decoder: &self.decoder,
+            csv: self.options.csv,
+            batch_size: self.options.batch_size,
+        };
+        let mut out = SourceBatch::default();
+        for name in names {
+            let path = self.base.join(name);
+            let format = self.format_of(name).ok_or_else(|| {
+                Error::new(
+                    &codes::FORMAT_UNSUPPORTED,
+                    format!("cannot tell the format of `{}`", path.display()),
+                )
+            })?;
+            if !path.exists() {
+                return Err(Error::new(
+                    &codes::IO_ERROR,
+                    format!(
+                        "asset `{}`: `{}` was assigned to a batch but no longer exists; the batch cannot be replayed",
+                        self.asset,
+                        path.display()
+                    ),
+                ));
+            }
+            formats::read_file(&ctx, &path, format, &mut out)?;
+        }
+        Ok(out)
+    }
+}
+
+#[async_trait::async_trait]
+impl Source for FileSource {
+    fn schema(&self) -> arrow::datatypes::SchemaRef {
+        self.decoder.schema()
+    }
+
+    async fn latest_offset(
+        &mut self,
+        start: Option<&Offset>,
+        limit: &ReadLimit,
+    ) -> Result<Option<Offset>> {
+        let max = self.file_limit(limit);
+        if self.log.is_none() {
+            // Offsets list the files themselves (cumulatively).
+            let seen: Vec<String> = match start.map(parse_offset).transpose()? {
+                None => Vec::new(),
+                Some(Position::Files(f)) => f,
+                Some(Position::Index(_)) => {
+                    return Err(Error::new(
+                        &codes::CHECKPOINT_CORRUPT,
+                        "an index offset of the file source needs the source's state directory",
+                    ))
+                }
+            };
+            let seen_set: HashSet<&str> = seen.iter().map(String::as_str).collect();
+            let new: Vec<String> = self
+                .list()?
+                .into_iter()
+                .map(|l| l.name)
+                .filter(|n| !seen_set.contains(n.as_str()))
+                .take(max.unwrap_or(usize::MAX))
+                .collect();
+            if new.is_empty() {
+                return Ok(start.cloned());
+            }
+            let mut all = seen.clone();
+            all.extend(new);
+            return Ok(Some(Offset(json!({ "files": all }))));
+        }
+        let start_index = match start.map(parse_offset).transpose()? {
+            None => None,
+            Some(Position::Index(i)) => Some(i),
+            Some(Position::Files(_)) => return Err(bad_offset(start.expect("some"))),
+        };
+        let listed = self.list()?;
+        let log = self.log.as_mut().expect("streaming log");
+        let last = log.last_index();
+        if let Some(s) = start_index {
+            if last.is_none_or(|l| s > l) {
+                return Err(Error::new(
+                    &codes::CHECKPOINT_CORRUPT,
+                    format!(
+                        "file source offset index {s} is beyond its log in `{}` (last index: {})",
+                        log.dir.display(),
+                        last.map_or("none".to_string(), |l| l.to_string())
+                    ),
+                ));
+            }
+        }
+        let next = start_index.map_or(0, |s| s + 1);
+        if last.is_some_and(|l| l >= next) {
+            // Already assigned (e.g. before a restart): hand out the next logged index.
+            return Ok(Some(Offset(json!({ "index": next }))));
+        }
+        let new: Vec<LoggedFile> = listed
+            .into_iter()
+            .filter(|l| !log.seen.contains(&l.name))
+            .take(max.unwrap_or(usize::MAX))
+            .map(|l| LoggedFile {
+                path: l.name,
+                size: l.size,
+                modified_ms: l.modified_ms,
+            })
+            .collect();
+        if new.is_empty() {
+            return Ok(start.cloned());
+        }
+        log.append(next, new)?;
+        Ok(Some(Offset(json!({ "index": next }))))
+    }
+
+    async fn read(&mut self, start: Option<&Offset>, end: &Offset) -> Result<SourceBatch> {
+        let names: Vec<String> = match parse_offset(end)? {
+            Position::Files(end_files) => {
+                let start_files = match start.map(parse_offset).transpose()? {
+                    None => Vec::new(),
+                    Some(Position::Files(f)) => f,
+                    Some(Position::Index(_)) => return Err(bad_offset(start.expect("some"))),
+                };
+                let before: HashSet<&String> = start_files.iter().collect();
+                end_files
+                    .into_iter()
+                    .filter(|f| !before.contains(f))
+                    .collect()
+            }
+            Position::Index(e) => {
+                let s = match start.map(parse_offset).transpose()? {
+                    None => None,
+                    Some(Position::Index(s)) => Some(s),
+                    Some(Position::Files(_)) => return Err(bad_offset(start.expect("some"))),
+                };
+                let log = self.log.as_ref().ok_or_else(|| {
+                    Error::new(
+                        &codes::CHECKPOINT_CORRUPT,
+                        "an index offset of the file source needs the source's state directory",
+                    )
+                })?;
+                let first = s.map_or(0, |s| s + 1);
+                let mut names = Vec::new();
+                for index in first..=e {
+                    let files = log.entries.get(&index).ok_or_else(|| {
+                        Error::new(
+                            &codes::CHECKPOINT_CORRUPT,
+                            format!(
+                                "the file source log in `{}` has no entry for index {index}",
+                                log.dir.display()
+                            ),
+                        )
+                    })?;
+                    names.extend(files.iter().cloned());
+                }
+                names
+            }
+        };
+        self.read_names(&names)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_or_directory_from_the_uri_alone() {
+        assert!(looks_like_file("data/orders.jsonl"));
+        assert!(looks_like_file("data/orders.PARQUET"));
+        assert!(!looks_like_file("data/orders"));
+        assert!(!looks_like_file("data/orders.d/"));
+        let caps = FileSourceProvider
+            .capabilities(&BindingUri::parse("file://in/events?format=csv").unwrap())
+            .unwrap();
+        assert!(caps.bounded && caps.unbounded);
+        assert_eq!(caps.guarantee, SourceGuarantee::Replayable);
+        let caps = FileSourceProvider
+            .capabilities(&BindingUri::parse("file://in/events.csv").unwrap())
+            .unwrap();
+        assert!(caps.bounded && !caps.unbounded);
+    }
+
+    #[test]
+    fn options_are_checked() {
+        let o = FileSourceOptions::from_uri(
+            &BindingUri::parse(
+                "file://x?format=CSV&header=false&delimiter=tab&maxFilesPerTrigger=3",
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(o.format, Some(FileFormat::Csv));
+        assert!(!o.csv.header);
+        assert_eq!(o.csv.delimiter, b'\t');
+        assert_eq!(o.max_files_per_trigger, Some(3));
+        let e = FileSourceOptions::from_uri(&BindingUri::parse("file://x?format=xml").unwrap())
+            .unwrap_err();
+        assert_eq!(e.code(), "ETL505");
+        let e = FileSourceOptions::from_uri(&BindingUri::parse("file://x?heder=true").unwrap())
+            .unwrap_err();
+        assert_eq!(e.code(), "ETL007");
+        let e = FileSourceOptions::from_uri(&BindingUri::parse("file://x?delimiter=ab").unwrap())
+            .unwrap_err();
+        assert_eq!(e.code(), "ETL007");
+    }
+}
