@@ -45,7 +45,11 @@ impl Table {
             return Ok(Table::new(schema.clone(), self.batches));
         }
         let relaxed = std::sync::Arc::new(arrow::datatypes::Schema::new(
-            schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect::<Vec<_>>(),
+            schema
+                .fields()
+                .iter()
+                .map(|f| f.as_ref().clone().with_nullable(true))
+                .collect::<Vec<_>>(),
         ));
         let mut out = Vec::with_capacity(self.batches.len());
         let mut all_strict = true;
@@ -53,10 +57,16 @@ impl Table {
             let mut cols = Vec::with_capacity(schema.fields().len());
             for f in schema.fields() {
                 let col = b.column_by_name(f.name()).ok_or_else(|| {
-                    Error::new(&codes::SINK_CONTRACT_MISMATCH, format!("column `{}` is missing", f.name()))
+                    Error::new(
+                        &codes::SINK_CONTRACT_MISMATCH,
+                        format!("column `{}` is missing", f.name()),
+                    )
                 })?;
                 cols.push(arrow::compute::cast(col, f.data_type()).map_err(|e| {
-                    Error::new(&codes::SINK_CONTRACT_MISMATCH, format!("column `{}`: {e}", f.name()))
+                    Error::new(
+                        &codes::SINK_CONTRACT_MISMATCH,
+                        format!("column `{}`: {e}", f.name()),
+                    )
                 })?);
             }
             let batch = match RecordBatch::try_new(schema.clone(), cols.clone()) {
@@ -72,7 +82,10 @@ impl Table {
         let schema = if all_strict { schema.clone() } else { relaxed };
         let out = out
             .into_iter()
-            .map(|b| b.with_schema(schema.clone()).expect("same columns, looser or equal nullability"))
+            .map(|b| {
+                b.with_schema(schema.clone())
+                    .expect("same columns, looser or equal nullability")
+            })
             .collect();
         Ok(Table::new(schema, out))
     }

@@ -406,33 +406,50 @@ impl PipelinePlan {
     }
 
     /// Reconstructs the contract of an asset from the document embedded in the plan.
-    pub fn asset_contract(&self, asset: &str) -> Result<std::sync::Arc<etlantic_core::contract::Contract>> {
-        let a = self
-            .assets
-            .get(asset)
-            .ok_or_else(|| Error::new(&codes::PLAN_INVALID, format!("the plan has no asset `{asset}`")))?;
-        let doc = serde_json::from_value(a.contract.document.clone())
-            .map_err(|e| Error::new(&codes::PLAN_INVALID, format!("contract of `{asset}` in the plan: {e}")))?;
-        Ok(std::sync::Arc::new(etlantic_core::contract::Contract::from_document(
-            doc,
-            asset,
-            Some(&a.contract.object),
-        )?))
+    pub fn asset_contract(
+        &self,
+        asset: &str,
+    ) -> Result<std::sync::Arc<etlantic_core::contract::Contract>> {
+        let a = self.assets.get(asset).ok_or_else(|| {
+            Error::new(
+                &codes::PLAN_INVALID,
+                format!("the plan has no asset `{asset}`"),
+            )
+        })?;
+        let doc = serde_json::from_value(a.contract.document.clone()).map_err(|e| {
+            Error::new(
+                &codes::PLAN_INVALID,
+                format!("contract of `{asset}` in the plan: {e}"),
+            )
+        })?;
+        Ok(std::sync::Arc::new(
+            etlantic_core::contract::Contract::from_document(doc, asset, Some(&a.contract.object))?,
+        ))
     }
 
     /// Rebuilds the backend step of a planned transformation.
     pub fn step_task(&self, id: &str) -> Result<etlantic_core::plugin::StepTask> {
         use etlantic_core::plugin::StepLogic;
-        let t = self
-            .transform(id)
-            .ok_or_else(|| Error::new(&codes::PLAN_INVALID, format!("the plan has no transformation `{id}`")))?;
+        let t = self.transform(id).ok_or_else(|| {
+            Error::new(
+                &codes::PLAN_INVALID,
+                format!("the plan has no transformation `{id}`"),
+            )
+        })?;
         let logic = match &t.logic {
-            PlanLogic::Portable { plan, parameters, output, .. } => StepLogic::Portable {
+            PlanLogic::Portable {
+                plan,
+                parameters,
+                output,
+                ..
+            } => StepLogic::Portable {
                 plan: std::sync::Arc::new(etlantic_core::ir::TransformPlan::from_value(plan, id)?),
                 parameters: parameters.clone(),
                 output: output.clone(),
             },
-            PlanLogic::Sql { query, .. } => StepLogic::Sql { query: query.clone() },
+            PlanLogic::Sql { query, .. } => StepLogic::Sql {
+                query: query.clone(),
+            },
             PlanLogic::Impl { name } => StepLogic::Impl { name: name.clone() },
         };
         Ok(etlantic_core::plugin::StepTask {

@@ -12,7 +12,7 @@
 
 use crate::project::Project;
 use etlantic_core::diagnostics::{codes, Diagnostic, Diagnostics};
-use etlantic_core::ir::{Action, Expr, TransformPlan, WindowKind};
+use etlantic_core::ir::{Action, AggFunc, Expr, TransformPlan, WindowKind};
 use etlantic_core::streaming::OutputMode;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -60,8 +60,18 @@ pub fn check(project: &Project, plans: &HashMap<String, Arc<TransformPlan>>) -> 
             for step in &plan.decoded().steps {
                 let path = format!("transforms[{t}].steps[{}]", step.id);
                 match &step.op {
-                    Action::WindowAggregate { window, .. } => {
+                    Action::WindowAggregate { window, aggregates, .. } => {
                         aggregations += 1;
+                        if aggregates.iter().any(|a| a.func == AggFunc::CountDistinct) {
+                            d.push(
+                                Diagnostic::new(
+                                    &codes::UNSUPPORTED_STREAMING_OP,
+                                    format!("distinct aggregations are not supported on streams (`{t}`)"),
+                                )
+                                .at(path.clone())
+                                .in_file(file.clone()),
+                            );
+                        }
                         if matches!(window.kind, WindowKind::Session { .. }) && mode == OutputMode::Update {
                             d.push(
                                 Diagnostic::new(
@@ -86,8 +96,18 @@ pub fn check(project: &Project, plans: &HashMap<String, Arc<TransformPlan>>) -> 
                             );
                         }
                     }
-                    Action::Aggregate { group_by, .. } => {
+                    Action::Aggregate { group_by, aggregates } => {
                         aggregations += 1;
+                        if aggregates.iter().any(|a| a.func == AggFunc::CountDistinct) {
+                            d.push(
+                                Diagnostic::new(
+                                    &codes::UNSUPPORTED_STREAMING_OP,
+                                    format!("distinct aggregations are not supported on streams (`{t}`)"),
+                                )
+                                .at(path.clone())
+                                .in_file(file.clone()),
+                            );
+                        }
                         let keyed_by_watermark = group_by
                             .iter()
                             .any(|g| matches!(&g.expr, Expr::Column(c) if watermarked.contains(c)));

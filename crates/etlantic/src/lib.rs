@@ -1,1 +1,69 @@
-//! etlantic facade
+//! # ETLantic-rs
+//!
+//! Typed, contract-checked pipelines that run bounded (batch) or unbounded (micro-batch
+//! streaming) on pluggable backends.
+//!
+//! This facade re-exports the crates and links the plugins its cargo features enable
+//! (each plugin registers itself with `inventory`):
+//!
+//! | feature | plugins |
+//! |---|---|
+//! | always | DataFusion engine; file (JSON lines, CSV, Parquet), memory, console, rate |
+//! | `kafka` | Kafka source and sink |
+//! | `delta` | Delta Lake sink and change-data-feed source |
+//! | `iceberg` | Iceberg sink |
+//! | `sql` | PostgreSQL/SQLite sink and the SQL-region backend |
+//! | `polars` | Polars batch backend |
+//! | `spark` | Spark Connect backend |
+//!
+//! ```no_run
+//! # async fn demo() -> etlantic::core::Result<()> {
+//! let project = etlantic::plan::Project::load("pipeline.yaml".as_ref(), None)?;
+//! let plan = etlantic::plan::plan(&project).into_result()?;
+//! let report = etlantic::run::run_batch(&plan, &etlantic::run::RunContext::for_plan(&plan, &project.root)).await;
+//! println!("{}", report.status);
+//! # Ok(()) }
+//! ```
+#![warn(missing_docs)]
+
+pub mod generate;
+pub mod run;
+pub mod scaffold;
+
+pub use etlantic_core as core;
+pub use etlantic_datafusion as datafusion;
+pub use etlantic_plan as plan;
+pub use etlantic_sinks as sinks;
+pub use etlantic_sources as sources;
+
+#[cfg(feature = "polars")]
+pub use etlantic_polars as polars;
+#[cfg(feature = "spark")]
+pub use etlantic_spark_compat as spark;
+#[cfg(feature = "sql")]
+pub use etlantic_sql as sql;
+
+/// Process exit codes of the `etlantic` command.
+pub mod exit {
+    /// Success.
+    pub const OK: i32 = 0;
+    /// The pipeline, a profile or a contract is invalid (load, structural, reference,
+    /// semantic, streaming or policy phase).
+    pub const INVALID_PIPELINE: i32 = 1;
+    /// Command-line usage error.
+    pub const USAGE: i32 = 2;
+    /// The pipeline is valid but cannot be planned (capability, guarantee, planning).
+    pub const PLANNING_FAILED: i32 = 3;
+    /// Running the plan failed.
+    pub const EXECUTION_FAILED: i32 = 4;
+
+    /// The exit code for an error, from the phase of its first error diagnostic.
+    pub fn for_error(e: &etlantic_core::Error) -> i32 {
+        use etlantic_core::diagnostics::Phase::*;
+        match e.phase() {
+            Some(Capability | Guarantee | Planning) => PLANNING_FAILED,
+            Some(Execution | Checkpoint) => EXECUTION_FAILED,
+            _ => INVALID_PIPELINE,
+        }
+    }
+}

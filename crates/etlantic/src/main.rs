@@ -1,1 +1,467 @@
-fn main() {}
+//! The `etlantic` command line. Exit codes: 0 ok, 1 invalid pipeline, 2 usage error,
+//! 3 planning failure, 4 execution failure (see `etlantic::exit`).
+
+use clap::{Parser, Subcommand, ValueEnum};
+use etlantic::exit;
+use etlantic::generate::{generate, Standard};
+use etlantic::plan::plan::PipelinePlan;
+use etlantic::plan::{plan, Project};
+use etlantic::run::{run_batch, RunContext};
+use etlantic_core::diagnostics::{render, Diagnostics, OutputFormat};
+use std::path::{Path, PathBuf};
+
+#[derive(Parser)]
+#[command(
+    name = "etlantic",
+    version,
+    about = "Typed, contract-checked pipelines, batch or streaming, on pluggable backends"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Format {
+    Human,
+    Json,
+    Sarif,
+}
+
+impl From<Format> for OutputFormat {
+    fn from(f: Format) -> Self {
+        match f {
+            Format::Human => OutputFormat::Human,
+            Format::Json => OutputFormat::Json,
+            Format::Sarif => OutputFormat::Sarif,
+        }
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum GenerateKind {
+    Odcs,
+    Dtcs,
+    Dpcs,
+}
+
+#[derive(clap::Args, Clone)]
+struct Target {
+    /// The pipeline file.
+    #[arg(default_value = "pipeline.yaml")]
+    pipeline: PathBuf,
+    /// The profile file (default: profiles/local.yaml next to the pipeline).
+    #[arg(short, long)]
+    profile: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Scaffold an example project (pipeline, ODCS contracts, a profile, sample data).
+    Init {
+        /// Directory to create the project in.
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+    },
+    /// Validate a pipeline against its contracts and profile.
+    Validate {
+        #[command(flatten)]
+        target: Target,
+        /// Output format of the diagnostics.
+        #[arg(long, value_enum, default_value = "human")]
+        format: Format,
+    },
+    /// Plan a pipeline and print the PipelinePlan (canonical JSON).
+    Plan {
+        #[command(flatten)]
+        target: Target,
+        /// Also write the plan to this file.
+        #[arg(short, long)]
+        out: Option<PathBuf>,
+        /// Output format of diagnostics.
+        #[arg(long, value_enum, default_value = "human")]
+        format: Format,
+    },
+    /// Explain a plan as text or as a Mermaid flowchart.
+    Explain {
+        #[command(flatten)]
+        target: Target,
+        /// Explain a saved plan instead of planning the pipeline.
+        #[arg(long)]
+        plan: Option<PathBuf>,
+        /// Print Mermaid instead of text.
+        #[arg(long)]
+        mermaid: bool,
+    },
+    /// Run a pipeline (or a saved plan).
+    Run {
+        #[command(flatten)]
+        target: Target,
+        /// Run a saved plan (its fingerprint is checked).
+        #[arg(long)]
+        plan: Option<PathBuf>,
+        /// Directory relative paths of a saved plan resolve against (default: the plan's directory).
+        #[arg(long)]
+        root: Option<PathBuf>,
+        /// Output format of the run report.
+        #[arg(long, value_enum, default_value = "human")]
+        format: Format,
+    },
+    /// Compare two plans (each a saved plan .json or a pipeline .yaml planned with --profile).
+    Diff {
+        /// The old plan or pipeline.
+        old: PathBuf,
+        /// The new plan or pipeline.
+        new: PathBuf,
+        /// Profile for pipeline files.
+        #[arg(short, long)]
+        profile: Option<PathBuf>,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "human")]
+        format: Format,
+    },
+    /// Generate ODCS, DTCS or DPCS documents for a pipeline.
+    Generate {
+        /// Which standard.
+        #[arg(value_enum)]
+        kind: GenerateKind,
+        #[command(flatten)]
+        target: Target,
+        /// Output directory.
+        #[arg(short, long, default_value = "generated")]
+        out: PathBuf,
+    },
+    /// Run a conformance corpus (`spark`: scenarios recorded from Apache Spark).
+    Conformance {
+        /// The corpus kind.
+        #[arg(value_enum)]
+        suite: Suite,
+        /// Directory of scenario `*.json` files.
+        dir: PathBuf,
+        /// Backend to run on.
+        #[arg(long, default_value = "datafusion")]
+        backend: String,
+    },
+    /// List the linked plugins.
+    Plugins,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Suite {
+    Spark,
+}
+
+fn print_diags(d: &Diagnostics, format: Format) {
+    if d.is_empty() {
+        return;
+    }
+    eprint!("{}", render(d, format.into()));
+    if !matches!(format, Format::Human) {
+        eprintln!();
+    }
+}
+
+fn fail(e: &etlantic_core::Error, format: Format) -> i32 {
+    print_diags(&e.0, format);
+    exit::for_error(e)
+}
+
+fn load_and_plan(target: &Target, format: Format) -> Result<(Project, PipelinePlan), i32> {
+    let project =
+        Project::load(&target.pipeline, target.profile.as_deref()).map_err(|e| fail(&e, format))?;
+    let outcome = plan(&project);
+    match outcome.into_result() {
+        Ok(p) => {
+            print_diags(&p.warnings, format);
+            Ok((project, p))
+        }
+        Err(e) => Err(fail(&e, format)),
+    }
+}
+
+fn read_plan(path: &Path) -> Result<PipelinePlan, etlantic_core::Error> {
+    let text = etlantic_core::model::yaml::read_file(path, &path.display().to_string())?;
+    PipelinePlan::from_json(&text, &path.display().to_string())
+}
+
+fn plan_or_pipeline(
+    path: &Path,
+    profile: Option<&Path>,
+    format: Format,
+) -> Result<PipelinePlan, i32> {
+    if path.extension().and_then(|e| e.to_str()) == Some("json") {
+        read_plan(path).map_err(|e| fail(&e, format))
+    } else {
+        load_and_plan(
+            &Target {
+                pipeline: path.to_path_buf(),
+                profile: profile.map(Path::to_path_buf),
+            },
+            format,
+        )
+        .map(|(_, p)| p)
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime starts")
+}
+
+fn main() {
+    let cli = Cli::parse();
+    std::process::exit(match cli.command {
+        Command::Init { dir } => match etlantic::scaffold::init(&dir) {
+            Ok(files) => {
+                for f in files {
+                    println!("created {}", f.display());
+                }
+                println!("\nNext: cd {} && etlantic run", dir.display());
+                exit::OK
+            }
+            Err(e) => fail(&e, Format::Human),
+        },
+        Command::Validate { target, format } => {
+            let project = match Project::load(&target.pipeline, target.profile.as_deref()) {
+                Ok(p) => p,
+                Err(e) => {
+                    print_result(&e.0, format);
+                    std::process::exit(exit::for_error(&e));
+                }
+            };
+            let d = etlantic::plan::validate(&project);
+            print_result(&d, format);
+            if d.has_errors() {
+                exit::for_error(&etlantic_core::Error(d))
+            } else {
+                exit::OK
+            }
+        }
+        Command::Plan {
+            target,
+            out,
+            format,
+        } => match load_and_plan(&target, format) {
+            Ok((_, p)) => {
+                let json = p.to_pretty_json();
+                if let Some(out) = out {
+                    if let Err(e) = std::fs::write(&out, &json) {
+                        eprintln!("cannot write {}: {e}", out.display());
+                        std::process::exit(exit::EXECUTION_FAILED);
+                    }
+                }
+                println!("{json}");
+                exit::OK
+            }
+            Err(code) => code,
+        },
+        Command::Explain {
+            target,
+            plan: saved,
+            mermaid,
+        } => {
+            let p = match saved {
+                Some(path) => read_plan(&path).map_err(|e| fail(&e, Format::Human)),
+                None => load_and_plan(&target, Format::Human).map(|(_, p)| p),
+            };
+            match p {
+                Ok(p) => {
+                    if mermaid {
+                        print!("{}", etlantic::plan::explain::explain_mermaid(&p));
+                    } else {
+                        print!("{}", etlantic::plan::explain::explain_text(&p));
+                    }
+                    exit::OK
+                }
+                Err(code) => code,
+            }
+        }
+        Command::Run {
+            target,
+            plan: saved,
+            root,
+            format,
+        } => {
+            let (p, project_root) = match saved {
+                Some(path) => match read_plan(&path) {
+                    Ok(p) => {
+                        let r = root.unwrap_or_else(|| {
+                            path.canonicalize()
+                                .ok()
+                                .and_then(|c| c.parent().map(Path::to_path_buf))
+                                .unwrap_or_else(|| PathBuf::from("."))
+                        });
+                        (p, r)
+                    }
+                    Err(e) => std::process::exit(fail(&e, format)),
+                },
+                None => match load_and_plan(&target, format) {
+                    Ok((project, p)) => (p, project.root),
+                    Err(code) => std::process::exit(code),
+                },
+            };
+            run_plan(&p, &project_root, format)
+        }
+        Command::Diff {
+            old,
+            new,
+            profile,
+            format,
+        } => {
+            let a = plan_or_pipeline(&old, profile.as_deref(), format);
+            let b = plan_or_pipeline(&new, profile.as_deref(), format);
+            match (a, b) {
+                (Ok(a), Ok(b)) => {
+                    let changes = etlantic::plan::diff::diff(&a, &b);
+                    match format {
+                        Format::Human => print!("{}", etlantic::plan::diff::render_text(&changes)),
+                        _ => println!(
+                            "{}",
+                            serde_json::to_string_pretty(&serde_json::json!({
+                                "old": a.fingerprint, "new": b.fingerprint, "changes": changes,
+                            }))
+                            .expect("serialises")
+                        ),
+                    }
+                    exit::OK
+                }
+                (Err(code), _) | (_, Err(code)) => code,
+            }
+        }
+        Command::Generate { kind, target, out } => match load_and_plan(&target, Format::Human) {
+            Ok((_, p)) => {
+                let std = match kind {
+                    GenerateKind::Odcs => Standard::Odcs,
+                    GenerateKind::Dtcs => Standard::Dtcs,
+                    GenerateKind::Dpcs => Standard::Dpcs,
+                };
+                match generate(&p, std, &out) {
+                    Ok(files) => {
+                        for f in files {
+                            println!("wrote {}", f.display());
+                        }
+                        exit::OK
+                    }
+                    Err(e) => fail(&e, Format::Human),
+                }
+            }
+            Err(code) => code,
+        },
+        Command::Conformance {
+            suite: Suite::Spark,
+            dir,
+            backend,
+        } => {
+            if backend != "datafusion" {
+                eprintln!(
+                    "backend `{backend}` is not available for conformance runs in this build"
+                );
+                std::process::exit(exit::USAGE);
+            }
+            match runtime().block_on(etlantic_testkit::conformance::run_dir(&dir)) {
+                Ok(outcomes) => {
+                    let failed = outcomes.iter().filter(|o| !o.passed).count();
+                    for o in &outcomes {
+                        println!("{}", o.line());
+                        if !o.passed {
+                            for p in o.problems.iter().skip(1).take(5) {
+                                println!("    {}", p.replace('\n', "\n    "));
+                            }
+                        }
+                    }
+                    println!("{} passed, {failed} failed", outcomes.len() - failed);
+                    if failed == 0 {
+                        exit::OK
+                    } else {
+                        exit::EXECUTION_FAILED
+                    }
+                }
+                Err(e) => {
+                    eprintln!("{e}");
+                    exit::USAGE
+                }
+            }
+        }
+        Command::Plugins => {
+            println!("Backends:");
+            for b in etlantic_core::plugin::backends() {
+                let c = b.capabilities();
+                println!(
+                    "  {:<12} regions {:?}; {} actions, {} functions",
+                    b.name(),
+                    c.region_kinds,
+                    c.actions.len(),
+                    c.functions.len()
+                );
+            }
+            println!("Sources:");
+            for s in etlantic_core::plugin::source_providers() {
+                println!("  {:<12} {}", format!("{}://", s.scheme()), s.description());
+            }
+            println!("Sinks:");
+            for s in etlantic_core::plugin::sink_providers() {
+                println!("  {:<12} {}", format!("{}://", s.scheme()), s.description());
+            }
+            exit::OK
+        }
+    });
+}
+
+fn print_result(d: &Diagnostics, format: Format) {
+    match format {
+        Format::Human => {
+            if d.is_empty() {
+                println!("valid: no problems found");
+            } else {
+                print!("{}", render(d, OutputFormat::Human));
+            }
+        }
+        f => println!("{}", render(d, f.into())),
+    }
+}
+
+fn run_plan(p: &PipelinePlan, root: &Path, format: Format) -> i32 {
+    let ctx = RunContext::for_plan(p, root);
+    let report = runtime().block_on(run_batch(p, &ctx));
+    match format {
+        Format::Human => {
+            println!(
+                "run {} of {} ({})",
+                report.run_id, report.pipeline, report.fingerprint
+            );
+            for s in &report.sources {
+                println!(
+                    "  source {:<16} {} rows read, {} quarantined",
+                    s.id, s.rows, s.rejected
+                );
+            }
+            for s in &report.sinks {
+                println!("  sink   {:<16} {} rows written", s.id, s.rows);
+            }
+            if report.quarantined > 0 {
+                println!(
+                    "  {} bad record(s) quarantined in {}",
+                    report.quarantined, report.quarantine
+                );
+            }
+            println!("{} in {} ms", report.status, report.duration_ms);
+            if !report.errors.is_empty() {
+                eprint!(
+                    "{}",
+                    render(&Diagnostics(report.errors.clone()), OutputFormat::Human)
+                );
+            }
+        }
+        _ => println!(
+            "{}",
+            serde_json::to_string_pretty(&report).expect("reports serialise")
+        ),
+    }
+    if report.status == "succeeded" {
+        exit::OK
+    } else {
+        exit::EXECUTION_FAILED
+    }
+}

@@ -1,0 +1,81 @@
+//! What the DataFusion backend executes, as the planner reads it.
+//!
+//! The lists are the single source of truth: a test compiles every listed function and
+//! action, so the backend never claims something it would reject.
+
+use etlantic_core::ir::action::{DEDUP_WITHIN_WATERMARK, WINDOW_AGGREGATE};
+use etlantic_core::plugin::{BackendCapabilities, RegionKind};
+
+/// The backend's name in profiles and plans.
+pub const BACKEND_NAME: &str = "datafusion";
+
+/// DTCS profiles implemented completely (every required action, operator and function).
+pub const SUPPORTED_PROFILES: &[&str] = &[
+    "dtcs:profile/portable-relational-kernel/1",
+    "dtcs:profile/portable-relational-kernel/2",
+    "dtcs:profile/portable-relational/1",
+    "dtcs:profile/portable-relational/2",
+];
+
+/// Action ids (DTCS and ETLantic extensions), including the aliases the IR decodes
+/// (`dtcs:select` is a filter, `dtcs:group` an aggregation, the field actions
+/// `dtcs:lowercase`/`dtcs:uppercase`/`dtcs:trim` are assignments).
+pub const SUPPORTED_ACTIONS: &[&str] = &[
+    "dtcs:filter",
+    "dtcs:select",
+    "dtcs:project",
+    "dtcs:with_fields",
+    "dtcs:drop_fields",
+    "dtcs:rename_fields",
+    "dtcs:lowercase",
+    "dtcs:uppercase",
+    "dtcs:trim",
+    "dtcs:join",
+    "dtcs:union",
+    "dtcs:aggregate",
+    "dtcs:group",
+    "dtcs:sort",
+    "dtcs:limit",
+    "dtcs:distinct",
+    "dtcs:deduplicate",
+    "dtcs:explode",
+    WINDOW_AGGREGATE,
+    DEDUP_WITHIN_WATERMARK,
+];
+
+/// Aggregate function ids (valid in `dtcs:aggregate` and `etlantic:window_aggregate`;
+/// `dtcs:min`/`dtcs:max` with two or more arguments are also scalar `least`/`greatest`).
+pub const SUPPORTED_AGGREGATES: &[&str] = &[
+    "dtcs:count_all",
+    "dtcs:count",
+    "dtcs:count_distinct",
+    "dtcs:sum",
+    "dtcs:average",
+    "dtcs:min",
+    "dtcs:max",
+    "dtcs:first",
+    "dtcs:last",
+];
+
+/// Every function id: the scalar functions of the expression compiler, then the
+/// aggregates.
+pub fn supported_functions() -> Vec<String> {
+    crate::expr::functions_list()
+        .iter()
+        .chain(SUPPORTED_AGGREGATES)
+        .map(|s| s.to_string())
+        .collect()
+}
+
+/// The capabilities the backend declares. Streaming regions are not listed yet: the
+/// micro-batch runtime will add them.
+pub fn capabilities() -> BackendCapabilities {
+    BackendCapabilities {
+        region_kinds: vec![RegionKind::Batch],
+        dtcs_profiles: SUPPORTED_PROFILES.iter().map(|s| s.to_string()).collect(),
+        actions: SUPPORTED_ACTIONS.iter().map(|s| s.to_string()).collect(),
+        functions: supported_functions(),
+        sql_engines: vec![BACKEND_NAME.to_string()],
+        continuous: false,
+    }
+}

@@ -1,0 +1,602 @@
+//! Incremental aggregate state for streaming aggregations, with Spark's result types:
+//! `count` → long; `sum(long)` → long; `sum(double)` → double; `sum(decimal(p,s))` →
+//! decimal(p+10,s); `avg` → double; `min`/`max`/`first`/`last` → the input type.
+//! Aggregates over only nulls are null (count is 0). Min/max/first/last keep their value
+//! in Arrow's row format, whose byte order is the value order, so they work for every
+//! type.
+
+use arrow::array::{Array, ArrayRef, Decimal128Array, Float64Array, Int64Array, RecordBatch};
+use arrow::compute::cast;
+use arrow::datatypes::{DataType, Field};
+use arrow::row::{OwnedRow, RowConverter, Rows, SortField};
+use etlantic_core::diagnostics::{codes, Error, Result};
+use etlantic_core::ir::AggFunc;
+use std::sync::Arc;
+
+/// One aggregate of an operator: its function, output name and input type.
+#[derive(Clone, Debug)]
+pub struct AggSpec {
+    /// Output column.
+    pub name: String,
+    /// Function.
+    pub func: AggFunc,
+    /// Input column type (`None` for count(*)).
+    pub input_type: Option<DataType>,
+}
+
+impl AggSpec {
+    /// The output type.
+    pub fn output_type(&self) -> DataType {
+        match (self.func, &self.input_type) {
+            (AggFunc::CountAll | AggFunc::Count | AggFunc::CountDistinct, _) => DataType::Int64,
+            (AggFunc::Average, _) => DataType::Float64,
+            (AggFunc::Sum, Some(DataType::Decimal128(p, s))) => {
+                DataType::Decimal128((*p + 10).min(38), *s)
+            }
+            (AggFunc::Sum, Some(t)) if is_float(t) => DataType::Float64,
+            (AggFunc::Sum, _) => DataType::Int64,
+            (_, Some(t)) => t.clone(),
+            (_, None) => DataType::Null,
+        }
+    }
+
+    /// The output field (nullable except counts).
+    pub fn output_field(&self) -> Field {
+        let nullable = !matches!(
+            self.func,
+            AggFunc::CountAll | AggFunc::Count | AggFunc::CountDistinct
+        );
+        Field::new(&self.name, self.output_type(), nullable)
+    }
+
+    fn uses_rows(&self) -> bool {
+        matches!(
+            self.func,
+            AggFunc::Min | AggFunc::Max | AggFunc::First | AggFunc::Last | AggFunc::CountDistinct
+        )
+    }
+}
+
+fn is_float(t: &DataType) -> bool {
+    matches!(t, DataType::Float16 | DataType::Float32 | DataType::Float64)
+}
+
+/// The state of one aggregate in one group.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Acc {
+    /// A count.
+    Count(i64),
+    /// Integer sum (`None` while only nulls were seen).
+    SumI(Option<i64>),
+    /// Float sum.
+    SumF(Option<f64>),
+    /// Decimal sum (unscaled).
+    SumD(Option<i128>),
+    /// Average: sum and count of non-null values.
+    Avg(f64, i64),
+    /// Min/max/first/last as an encoded row.
+    Row(Option<OwnedRow>),
+    /// Distinct values (encoded rows).
+    Distinct(std::collections::BTreeSet<Vec<u8>>),
+}
+
+/// Prepared input columns of one batch, per aggregate.
+pub enum AggInput {
+    /// count(*).
+    None,
+    /// Null mask only (count(col)).
+    Any(ArrayRef),
+    /// Integers, cast to i64.
+    I64(Int64Array),
+    /// Floats, cast to f64.
+    F64(Float64Array),
+    /// Decimals.
+    D128(Decimal128Array),
+    /// Row-encoded values.
+    Rows(ArrayRef, Rows),
+}
+
+/// Creates, updates and serialises the accumulators of a list of aggregates.
+pub struct Accumulators {
+    specs: Vec<AggSpec>,
+    converters: Vec<Option<RowConverter>>,
+}
+
+fn engine(e: impl std::fmt::Display) -> Error {
+    Error::new(&codes::ENGINE_ERROR, e.to_string())
+}
+
+impl Accumulators {
+    /// Accumulators for these aggregates.
+    pub fn new(specs: Vec<AggSpec>) -> Result<Self> {
+        let converters = specs
+            .iter()
+            .map(|s| {
+                if s.uses_rows() {
+                    let t = s.input_type.clone().unwrap_or(DataType::Null);
+                    RowConverter::new(vec![SortField::new(t)])
+                        .map(Some)
+                        .map_err(engine)
+                } else {
+                    Ok(None)
+                }
+            })
+            .collect::<Result<_>>()?;
+        Ok(Accumulators { specs, converters })
+    }
+
+    /// The aggregates.
+    pub fn specs(&self) -> &[AggSpec] {
+        &self.specs
+    }
+
+    /// Fresh state for a new group.
+    pub fn init(&self) -> Vec<Acc> {
+        self.specs
+            .iter()
+            .map(|s| match (s.func, &s.input_type) {
+                (AggFunc::CountAll | AggFunc::Count, _) => Acc::Count(0),
+                (AggFunc::CountDistinct, _) => Acc::Distinct(Default::default()),
+                (AggFunc::Average, _) => Acc::Avg(0.0, 0),
+                (AggFunc::Sum, Some(DataType::Decimal128(..))) => Acc::SumD(None),
+                (AggFunc::Sum, Some(t)) if is_float(t) => Acc::SumF(None),
+                (AggFunc::Sum, _) => Acc::SumI(None),
+                _ => Acc::Row(None),
+            })
+            .collect()
+    }
+
+    /// Prepares the input columns (`cols[i]` is the argument of aggregate `i`).
+    pub fn prepare(&self, cols: &[Option<ArrayRef>]) -> Result<Vec<AggInput>> {
+        self.specs
+            .iter()
+            .zip(cols)
+            .zip(&self.converters)
+            .map(|((s, c), conv)| {
+                let Some(c) = c else {
+                    return Ok(AggInput::None);
+                };
+                Ok(match (s.func, c.data_type()) {
+                    (AggFunc::Count, _) => AggInput::Any(c.clone()),
+                    (AggFunc::Sum, DataType::Decimal128(..)) => AggInput::D128(
+                        c.as_any()
+                            .downcast_ref::<Decimal128Array>()
+                            .expect("decimal")
+                            .clone(),
+                    ),
+                    (AggFunc::Sum, t) if is_float(t) => AggInput::F64(f64s(c)?),
+                    (AggFunc::Sum, _) => AggInput::I64(
+                        cast(c, &DataType::Int64)
+                            .map_err(engine)?
+                            .as_any()
+                            .downcast_ref::<Int64Array>()
+                            .expect("i64")
+                            .clone(),
+                    ),
+                    (AggFunc::Average, _) => AggInput::F64(f64s(c)?),
+                    _ => {
+                        let conv = conv.as_ref().expect("row aggregates have converters");
+                        AggInput::Rows(
+                            c.clone(),
+                            conv.convert_columns(std::slice::from_ref(c))
+                                .map_err(engine)?,
+                        )
+                    }
+                })
+            })
+            .collect()
+    }
+
+    /// Adds row `i` of the prepared inputs to a group's state.
+    #[inline]
+    pub fn update(&self, accs: &mut [Acc], inputs: &[AggInput], i: usize) -> Result<()> {
+        for ((acc, input), spec) in accs.iter_mut().zip(inputs).zip(&self.specs) {
+            match (acc, input) {
+                (Acc::Count(n), AggInput::None) => *n += 1,
+                (Acc::Count(n), AggInput::Any(a)) => {
+                    if a.is_valid(i) {
+                        *n += 1
+                    }
+                }
+                (Acc::SumI(s), AggInput::I64(a)) => {
+                    if a.is_valid(i) {
+                        let v = a.value(i);
+                        *s = Some(match s {
+                            Some(x) => x.checked_add(v).ok_or_else(|| {
+                                Error::new(
+                                    &codes::ENGINE_ERROR,
+                                    format!("sum `{}` overflows a 64-bit integer", spec.name),
+                                )
+                            })?,
+                            None => v,
+                        });
+                    }
+                }
+                (Acc::SumF(s), AggInput::F64(a)) => {
+                    if a.is_valid(i) {
+                        *s = Some(s.unwrap_or(0.0) + a.value(i));
+                    }
+                }
+                (Acc::SumD(s), AggInput::D128(a)) => {
+                    if a.is_valid(i) {
+                        *s = Some(s.unwrap_or(0) + a.value(i));
+                    }
+                }
+                (Acc::Avg(sum, n), AggInput::F64(a)) => {
+                    if a.is_valid(i) {
+                        *sum += a.value(i);
+                        *n += 1;
+                    }
+                }
+                (Acc::Row(v), AggInput::Rows(arr, rows)) => {
+                    if arr.is_valid(i) {
+                        let r = rows.row(i);
+                        let replace = match (spec.func, v.as_ref()) {
+                            (_, None) => true,
+                            (AggFunc::Min, Some(cur)) => r < cur.row(),
+                            (AggFunc::Max, Some(cur)) => r > cur.row(),
+                            (AggFunc::Last, Some(_)) => true,
+                            _ => false,
+                        };
+                        if replace {
+                            *v = Some(r.owned());
+                        }
+                    }
+                }
+                (Acc::Distinct(set), AggInput::Rows(arr, rows)) => {
+                    if arr.is_valid(i) {
+                        set.insert(rows.row(i).as_ref().to_vec());
+                    }
+                }
+                _ => {
+                    return Err(Error::new(
+                        &codes::ENGINE_ERROR,
+                        "aggregate input does not match its state",
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Merges the state of a group that ends earlier (`earlier`) with one that ends later
+    /// (`later`) into `earlier` (sessions that grew together).
+    pub fn merge(&self, earlier: &mut [Acc], later: &[Acc]) {
+        for ((a, b), spec) in earlier.iter_mut().zip(later).zip(&self.specs) {
+            match (a, b) {
+                (Acc::Count(x), Acc::Count(y)) => *x += y,
+                (Acc::SumI(x), Acc::SumI(y)) => *x = add_opt(*x, *y, |p, q| p.wrapping_add(q)),
+                (Acc::SumF(x), Acc::SumF(y)) => *x = add_opt(*x, *y, |p, q| p + q),
+                (Acc::SumD(x), Acc::SumD(y)) => *x = add_opt(*x, *y, |p, q| p + q),
+                (Acc::Avg(s1, n1), Acc::Avg(s2, n2)) => {
+                    *s1 += s2;
+                    *n1 += n2;
+                }
+                (Acc::Distinct(x), Acc::Distinct(y)) => x.extend(y.iter().cloned()),
+                (Acc::Row(x), Acc::Row(y)) => {
+                    let take_later = match (spec.func, x.as_ref(), y.as_ref()) {
+                        (_, _, None) => false,
+                        (_, None, Some(_)) => true,
+                        (AggFunc::Min, Some(p), Some(q)) => q.row() < p.row(),
+                        (AggFunc::Max, Some(p), Some(q)) => q.row() > p.row(),
+                        (AggFunc::Last, Some(_), Some(_)) => true,
+                        _ => false,
+                    };
+                    if take_later {
+                        *x = y.clone();
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The output columns for the given groups' states.
+    pub fn finish<'a>(
+        &self,
+        groups: impl Iterator<Item = &'a [Acc]> + Clone,
+    ) -> Result<Vec<ArrayRef>> {
+        self.columns(groups, false)
+    }
+
+    /// The state columns (for snapshots): like [`Accumulators::finish`], except that an
+    /// average keeps its sum and count.
+    pub fn state_columns<'a>(
+        &self,
+        groups: impl Iterator<Item = &'a [Acc]> + Clone,
+    ) -> Result<Vec<(Field, ArrayRef)>> {
+        let mut out = Vec::new();
+        for (i, s) in self.specs.iter().enumerate() {
+            let col = self.column(groups.clone(), i, true)?;
+            match s.func {
+                AggFunc::Average => {
+                    let counts: Int64Array = groups
+                        .clone()
+                        .map(|g| match &g[i] {
+                            Acc::Avg(_, n) => Some(*n),
+                            _ => None,
+                        })
+                        .collect();
+                    out.push((
+                        Field::new(format!("{}__sum", s.name), DataType::Float64, true),
+                        col,
+                    ));
+                    out.push((
+                        Field::new(format!("{}__count", s.name), DataType::Int64, true),
+                        Arc::new(counts) as ArrayRef,
+                    ));
+                }
+                AggFunc::CountDistinct => {
+                    // Spark does not support distinct aggregations on streams either; the
+                    // streaming validation phase rejects them before a query starts.
+                    return Err(Error::new(
+                        &codes::UNSUPPORTED_STREAMING_OP,
+                        "count_distinct cannot be checkpointed",
+                    ));
+                }
+                _ => out.push((Field::new(&s.name, col.data_type().clone(), true), col)),
+            }
+        }
+        Ok(out)
+    }
+
+    fn columns<'a>(
+        &self,
+        groups: impl Iterator<Item = &'a [Acc]> + Clone,
+        raw: bool,
+    ) -> Result<Vec<ArrayRef>> {
+        (0..self.specs.len())
+            .map(|i| self.column(groups.clone(), i, raw))
+            .collect()
+    }
+
+    fn column<'a>(
+        &self,
+        groups: impl Iterator<Item = &'a [Acc]>,
+        i: usize,
+        raw: bool,
+    ) -> Result<ArrayRef> {
+        let spec = &self.specs[i];
+        let accs: Vec<&Acc> = groups.map(|g| &g[i]).collect();
+        Ok(match spec.func {
+            AggFunc::CountAll | AggFunc::Count => Arc::new(
+                accs.iter()
+                    .map(|a| match a {
+                        Acc::Count(n) => Some(*n),
+                        _ => None,
+                    })
+                    .collect::<Int64Array>(),
+            ),
+            AggFunc::CountDistinct => Arc::new(
+                accs.iter()
+                    .map(|a| match a {
+                        Acc::Distinct(s) => Some(s.len() as i64),
+                        _ => None,
+                    })
+                    .collect::<Int64Array>(),
+            ),
+            AggFunc::Average => Arc::new(
+                accs.iter()
+                    .map(|a| match a {
+                        Acc::Avg(s, n) if raw => Some(*s),
+                        Acc::Avg(s, n) if *n > 0 => Some(*s / *n as f64),
+                        _ => None,
+                    })
+                    .collect::<Float64Array>(),
+            ),
+            AggFunc::Sum => match spec.output_type() {
+                DataType::Float64 => Arc::new(
+                    accs.iter()
+                        .map(|a| match a {
+                            Acc::SumF(v) => *v,
+                            _ => None,
+                        })
+                        .collect::<Float64Array>(),
+                ),
+                DataType::Decimal128(p, s) => Arc::new(
+                    accs.iter()
+                        .map(|a| match a {
+                            Acc::SumD(v) => *v,
+                            _ => None,
+                        })
+                        .collect::<Decimal128Array>()
+                        .with_precision_and_scale(p, s)
+                        .map_err(engine)?,
+                ),
+                _ => Arc::new(
+                    accs.iter()
+                        .map(|a| match a {
+                            Acc::SumI(v) => *v,
+                            _ => None,
+                        })
+                        .collect::<Int64Array>(),
+                ),
+            },
+            _ => {
+                let conv = self.converters[i]
+                    .as_ref()
+                    .expect("row aggregates have converters");
+                let t = spec.input_type.clone().unwrap_or(DataType::Null);
+                if accs.iter().all(|a| matches!(a, Acc::Row(None))) {
+                    arrow::array::new_null_array(&t, accs.len())
+                } else {
+                    // Rows of nulls stand in for groups without a value.
+                    let null = conv
+                        .convert_columns(&[arrow::array::new_null_array(&t, 1)])
+                        .map_err(engine)?;
+                    let null_row = null.row(0);
+                    let rows: Vec<arrow::row::Row<'_>> = accs
+                        .iter()
+                        .map(|a| match a {
+                            Acc::Row(Some(r)) => r.row(),
+                            _ => null_row,
+                        })
+                        .collect();
+                    conv.convert_rows(rows).map_err(engine)?.remove(0)
+                }
+            }
+        })
+    }
+
+    /// Rebuilds group states from snapshot columns (as written by `state_columns`).
+    pub fn restore(&self, batch: &RecordBatch) -> Result<Vec<Vec<Acc>>> {
+        let n = batch.num_rows();
+        let mut groups: Vec<Vec<Acc>> = (0..n).map(|_| self.init()).collect();
+        for (i, s) in self.specs.iter().enumerate() {
+            let col = |name: &str| {
+                batch.column_by_name(name).cloned().ok_or_else(|| {
+                    Error::new(
+                        &codes::CHECKPOINT_CORRUPT,
+                        format!("state has no column `{name}`"),
+                    )
+                })
+            };
+            match s.func {
+                AggFunc::Average => {
+                    let sums = f64s(&col(&format!("{}__sum", s.name))?)?;
+                    let counts = col(&format!("{}__count", s.name))?;
+                    let counts = counts.as_any().downcast_ref::<Int64Array>().expect("i64");
+                    for (r, g) in groups.iter_mut().enumerate() {
+                        g[i] = Acc::Avg(sums.value(r), counts.value(r));
+                    }
+                }
+                _ => {
+                    let c = col(&s.name)?;
+                    for (r, g) in groups.iter_mut().enumerate() {
+                        g[i] = match &g[i] {
+                            Acc::Count(_) => Acc::Count(
+                                c.as_any()
+                                    .downcast_ref::<Int64Array>()
+                                    .expect("i64")
+                                    .value(r),
+                            ),
+                            Acc::SumI(_) => {
+                                let a = c.as_any().downcast_ref::<Int64Array>().expect("i64");
+                                Acc::SumI(a.is_valid(r).then(|| a.value(r)))
+                            }
+                            Acc::SumF(_) => {
+                                let a = c.as_any().downcast_ref::<Float64Array>().expect("f64");
+                                Acc::SumF(a.is_valid(r).then(|| a.value(r)))
+                            }
+                            Acc::SumD(_) => {
+                                let a = c
+                                    .as_any()
+                                    .downcast_ref::<Decimal128Array>()
+                                    .expect("decimal");
+                                Acc::SumD(a.is_valid(r).then(|| a.value(r)))
+                            }
+                            _ => Acc::Row(None),
+                        };
+                    }
+                    if s.uses_rows() {
+                        let conv = self.converters[i].as_ref().expect("converter");
+                        let rows = conv
+                            .convert_columns(std::slice::from_ref(&c))
+                            .map_err(engine)?;
+                        for (r, g) in groups.iter_mut().enumerate() {
+                            g[i] = Acc::Row(c.is_valid(r).then(|| rows.row(r).owned()));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(groups)
+    }
+}
+
+fn add_opt<T: Copy>(a: Option<T>, b: Option<T>, f: impl Fn(T, T) -> T) -> Option<T> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(f(x, y)),
+        (x, None) => x,
+        (None, y) => y,
+    }
+}
+
+fn f64s(c: &ArrayRef) -> Result<Float64Array> {
+    Ok(cast(c, &DataType::Float64)
+        .map_err(engine)?
+        .as_any()
+        .downcast_ref::<Float64Array>()
+        .expect("f64")
+        .clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::StringArray;
+
+    fn spec(name: &str, func: AggFunc, t: Option<DataType>) -> AggSpec {
+        AggSpec {
+            name: name.into(),
+            func,
+            input_type: t,
+        }
+    }
+
+    #[test]
+    fn spark_result_types_and_null_handling() {
+        let accs = Accumulators::new(vec![
+            spec("n", AggFunc::CountAll, None),
+            spec("nv", AggFunc::Count, Some(DataType::Int64)),
+            spec("s", AggFunc::Sum, Some(DataType::Int64)),
+            spec("a", AggFunc::Average, Some(DataType::Int64)),
+            spec("mn", AggFunc::Min, Some(DataType::Utf8)),
+            spec("mx", AggFunc::Max, Some(DataType::Utf8)),
+        ])
+        .unwrap();
+        let v: ArrayRef = Arc::new(Int64Array::from(vec![Some(2), None, Some(5)]));
+        let s: ArrayRef = Arc::new(StringArray::from(vec![Some("b"), Some("a"), None]));
+        let inputs = accs
+            .prepare(&[
+                None,
+                Some(v.clone()),
+                Some(v.clone()),
+                Some(v),
+                Some(s.clone()),
+                Some(s),
+            ])
+            .unwrap();
+        let mut g1 = accs.init();
+        let mut g2 = accs.init();
+        for i in 0..3 {
+            accs.update(&mut g1, &inputs, i).unwrap();
+        }
+        accs.update(&mut g2, &inputs, 1).unwrap();
+        let groups = [g1, g2];
+        let cols = accs.finish(groups.iter().map(|g| g.as_slice())).unwrap();
+        assert_eq!(
+            cols[0]
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .unwrap()
+                .values(),
+            &[3, 1]
+        );
+        assert_eq!(
+            cols[1]
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .unwrap()
+                .values(),
+            &[2, 0]
+        );
+        let sums = cols[2].as_any().downcast_ref::<Int64Array>().unwrap();
+        assert_eq!((sums.value(0), sums.is_null(1)), (7, true));
+        let avg = cols[3].as_any().downcast_ref::<Float64Array>().unwrap();
+        assert_eq!((avg.value(0), avg.is_null(1)), (3.5, true));
+        let mn = cols[4].as_any().downcast_ref::<StringArray>().unwrap();
+        assert_eq!((mn.value(0), mn.value(1)), ("a", "a"));
+        let mx = cols[5].as_any().downcast_ref::<StringArray>().unwrap();
+        assert_eq!(mx.value(0), "b");
+        // Snapshot and restore.
+        let state = accs
+            .state_columns(groups.iter().map(|g| g.as_slice()))
+            .unwrap();
+        let (fields, arrays): (Vec<Field>, Vec<ArrayRef>) = state.into_iter().unzip();
+        let batch =
+            RecordBatch::try_new(Arc::new(arrow::datatypes::Schema::new(fields)), arrays).unwrap();
+        let back = accs.restore(&batch).unwrap();
+        assert_eq!(back, groups.to_vec());
+    }
+}

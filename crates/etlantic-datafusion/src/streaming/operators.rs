@@ -1,0 +1,860 @@
+//! Stateful streaming operators: event-time window aggregation (tumbling, sliding,
+//! session), plain group-by aggregation, and deduplication (with and within the
+//! watermark). They keep Spark Structured Streaming's semantics:
+//!
+//! - late input is judged against the watermark of the *previous* micro-batch, state is
+//!   evicted and emitted with the *current* one (equal when no-data batches run);
+//! - a row is late for a window when `window_end <= watermark`; for dedup when
+//!   `event_time <= watermark`;
+//! - append mode emits a window once, when the watermark passes its end; update mode
+//!   emits the windows changed in the batch; complete mode emits the whole table and
+//!   never evicts;
+//! - `null` is an ordinary group key; rows with a null event time are ignored by window
+//!   aggregations.
+//!
+//! Every operator snapshots its whole state as one Arrow record batch per version.
+
+use super::accumulators::{Acc, Accumulators, AggSpec};
+use arrow::array::{
+    Array, ArrayRef, BooleanArray, Int64Array, RecordBatch, TimestampMicrosecondArray, UInt32Array,
+};
+use arrow::compute::{cast, filter_record_batch, take};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow::row::{OwnedRow, RowConverter, SortField};
+use etlantic_core::diagnostics::{codes, Error, Result};
+use etlantic_core::streaming::OutputMode;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Watermarks and mode for one micro-batch.
+#[derive(Clone, Copy, Debug)]
+pub struct OpContext {
+    /// Late input rows are judged against this watermark (µs since the epoch).
+    pub late_watermark_us: i64,
+    /// State is evicted and emitted with this watermark (µs since the epoch).
+    pub evict_watermark_us: i64,
+    /// Whether the operator's input has a watermark at all.
+    pub has_watermark: bool,
+    /// The output mode of the query.
+    pub output_mode: OutputMode,
+    /// Process late rows as if on time (late policy `accept`).
+    pub accept_late: bool,
+}
+
+/// What an operator produced for one micro-batch.
+#[derive(Debug, Default)]
+pub struct OpOutput {
+    /// Rows for the next step.
+    pub rows: Vec<RecordBatch>,
+    /// Input rows that were late (not processed unless `accept_late`).
+    pub late: Option<RecordBatch>,
+    /// Number of late input rows.
+    pub late_count: u64,
+}
+
+/// State size metrics (Spark's `stateOperators[]`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StateMetrics {
+    /// Rows in the state after the batch.
+    pub rows_total: u64,
+    /// Rows added or changed in the batch.
+    pub rows_updated: u64,
+    /// Rows evicted in the batch.
+    pub rows_removed: u64,
+    /// Approximate bytes held.
+    pub memory_bytes: u64,
+}
+
+/// A stateful operator of the streaming runtime.
+///
+/// # Invariants an implementer must keep
+/// - `process` is deterministic: the same input, watermarks and prior state give the same
+///   output and the same new state (micro-batches are replayed after a failure).
+/// - `snapshot` captures everything `process` depends on; `restore(snapshot())` on a
+///   fresh operator gives an operator that behaves identically.
+/// - Output batches have exactly `output_schema()`.
+pub trait StatefulOperator: Send {
+    /// Spark's operator name for progress records.
+    fn name(&self) -> &'static str;
+    /// The schema of emitted rows.
+    fn output_schema(&self) -> SchemaRef;
+    /// Processes one micro-batch (empty for a no-data batch).
+    fn process(&mut self, input: &[RecordBatch], ctx: &OpContext) -> Result<OpOutput>;
+    /// The whole state as one batch.
+    fn snapshot(&self) -> Result<RecordBatch>;
+    /// Replaces the state with a snapshot.
+    fn restore(&mut self, state: &RecordBatch) -> Result<()>;
+    /// State metrics of the last batch.
+    fn metrics(&self) -> StateMetrics;
+}
+
+fn engine(e: impl std::fmt::Display) -> Error {
+    Error::new(&codes::ENGINE_ERROR, e.to_string())
+}
+
+/// Event times of a timestamp column in microseconds.
+pub fn micros(col: &ArrayRef) -> Result<TimestampMicrosecondArray> {
+    let tz = match col.data_type() {
+        DataType::Timestamp(_, tz) => tz.clone(),
+        other => {
+            return Err(Error::new(
+                &codes::BAD_WATERMARK,
+                format!("event time must be a timestamp, got {other}"),
+            ))
+        }
+    };
+    let c = cast(col, &DataType::Timestamp(TimeUnit::Microsecond, tz)).map_err(engine)?;
+    Ok(c.as_any()
+        .downcast_ref::<TimestampMicrosecondArray>()
+        .expect("timestamp µs")
+        .clone())
+}
+
+/// The geometry of a window in microseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Geometry {
+    /// Tumbling windows of this size.
+    Tumbling(i64),
+    /// Sliding windows (size, slide).
+    Sliding(i64, i64),
+    /// Sessions with this gap.
+    Session(i64),
+}
+
+/// Where the columns of an aggregation's prepared input are.
+#[derive(Clone, Debug)]
+pub struct AggregateLayout {
+    /// Group key fields (in the prepared input and in the output).
+    pub keys: Vec<Field>,
+    /// Aggregates; argument `i` is the prepared column `__arg{i}`.
+    pub aggregates: Vec<AggSpec>,
+    /// The window, with the type of the time column (prepared column `__time`).
+    pub window: Option<(Geometry, DataType)>,
+    /// For a plain aggregation: the key that is the watermarked event time.
+    pub event_time_key: Option<usize>,
+}
+
+struct Group {
+    start: i64,
+    end: i64,
+    key: OwnedRow,
+    /// For plain aggregations keyed by the watermarked event time: its value (µs).
+    event_key: Option<i64>,
+    accs: Vec<Acc>,
+    updated: bool,
+}
+
+/// Window and plain group-by aggregation.
+pub struct AggregateOperator {
+    layout: AggregateLayout,
+    accs: Accumulators,
+    /// Encodes the key columns (or a constant column for a global aggregation).
+    keys: RowConverter,
+    schema: SchemaRef,
+    /// Tumbling, sliding and plain aggregation: (window start, key bytes) → group index.
+    groups: Vec<Group>,
+    index: HashMap<Vec<u8>, usize>,
+    /// Session windows: key bytes → sessions sorted by start, never overlapping.
+    sessions: HashMap<Vec<u8>, Vec<Group>>,
+    metrics: StateMetrics,
+}
+
+fn key_fields(layout: &AggregateLayout) -> Vec<Field> {
+    if layout.keys.is_empty() {
+        vec![Field::new("__global", DataType::Boolean, true)]
+    } else {
+        layout.keys.clone()
+    }
+}
+
+impl AggregateOperator {
+    /// A new operator with empty state.
+    pub fn new(layout: AggregateLayout) -> Result<Self> {
+        let keys = RowConverter::new(
+            key_fields(&layout)
+                .iter()
+                .map(|f| SortField::new(f.data_type().clone()))
+                .collect(),
+        )
+        .map_err(engine)?;
+        let accs = Accumulators::new(layout.aggregates.clone())?;
+        let mut fields = Vec::new();
+        if let Some((_, t)) = &layout.window {
+            fields.push(Field::new("window_start", t.clone(), false));
+            fields.push(Field::new("window_end", t.clone(), false));
+        }
+        fields.extend(layout.keys.iter().cloned());
+        fields.extend(layout.aggregates.iter().map(AggSpec::output_field));
+        Ok(AggregateOperator {
+            schema: Arc::new(Schema::new(fields)),
+            layout,
+            accs,
+            keys,
+            groups: Vec::new(),
+            index: HashMap::new(),
+            sessions: HashMap::new(),
+            metrics: StateMetrics::default(),
+        })
+    }
+
+    fn geometry(&self) -> Option<Geometry> {
+        self.layout.window.as_ref().map(|(g, _)| *g)
+    }
+
+    fn key_columns(&self, batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
+        if self.layout.keys.is_empty() {
+            return Ok(vec![Arc::new(BooleanArray::from(vec![
+                true;
+                batch.num_rows()
+            ]))]);
+        }
+        self.layout
+            .keys
+            .iter()
+            .map(|f| {
+                batch.column_by_name(f.name()).cloned().ok_or_else(|| {
+                    engine(format!(
+                        "the aggregation input has no key column `{}`",
+                        f.name()
+                    ))
+                })
+            })
+            .collect()
+    }
+
+    fn emit(&self, groups: &[&Group]) -> Result<RecordBatch> {
+        let mut cols: Vec<ArrayRef> = Vec::new();
+        if let Some((_, t)) = &self.layout.window {
+            let tz = match t {
+                DataType::Timestamp(_, tz) => tz.clone(),
+                _ => None,
+            };
+            let starts =
+                TimestampMicrosecondArray::from(groups.iter().map(|g| g.start).collect::<Vec<_>>())
+                    .with_timezone_opt(tz.clone());
+            let ends =
+                TimestampMicrosecondArray::from(groups.iter().map(|g| g.end).collect::<Vec<_>>())
+                    .with_timezone_opt(tz);
+            cols.push(cast(&(Arc::new(starts) as ArrayRef), t).map_err(engine)?);
+            cols.push(cast(&(Arc::new(ends) as ArrayRef), t).map_err(engine)?);
+        }
+        if !self.layout.keys.is_empty() {
+            cols.extend(
+                self.keys
+                    .convert_rows(groups.iter().map(|g| g.key.row()))
+                    .map_err(engine)?,
+            );
+        }
+        cols.extend(self.accs.finish(groups.iter().map(|g| g.accs.as_slice()))?);
+        RecordBatch::try_new(self.schema.clone(), cols).map_err(engine)
+    }
+
+    fn windows_of(&self, ts: i64, out: &mut Vec<(i64, i64)>) {
+        out.clear();
+        match self.geometry() {
+            Some(Geometry::Tumbling(size)) => {
+                let start = ts.div_euclid(size) * size;
+                out.push((start, start + size));
+            }
+            Some(Geometry::Sliding(size, slide)) => {
+                let mut start = ts.div_euclid(slide) * slide;
+                while start + size > ts {
+                    out.push((start, start + size));
+                    start -= slide;
+                }
+                out.reverse();
+            }
+            Some(Geometry::Session(gap)) => out.push((ts, ts + gap)),
+            None => out.push((0, 0)),
+        }
+    }
+
+    fn is_late(&self, end: i64, event_key: Option<i64>, ctx: &OpContext) -> bool {
+        if !ctx.has_watermark || ctx.accept_late {
+            return false;
+        }
+        match self.geometry() {
+            Some(_) => end <= ctx.late_watermark_us,
+            None => event_key.is_some_and(|k| k <= ctx.late_watermark_us),
+        }
+    }
+
+    fn closed(&self, g: &Group, ctx: &OpContext) -> bool {
+        if !ctx.has_watermark {
+            return false;
+        }
+        match self.geometry() {
+            Some(_) => g.end <= ctx.evict_watermark_us,
+            None => g.event_key.is_some_and(|k| k <= ctx.evict_watermark_us),
+        }
+    }
+
+    fn add_session(
+        &mut self,
+        key: &[u8],
+        owned: &OwnedRow,
+        start: i64,
+        end: i64,
+        row: usize,
+        inputs: &[super::accumulators::AggInput],
+    ) -> Result<()> {
+        let list = self.sessions.entry(key.to_vec()).or_default();
+        // Sessions that overlap or touch [start, end) merge with it.
+        let mut merged = Group {
+            start,
+            end,
+            key: owned.clone(),
+            event_key: None,
+            accs: self.accs.init(),
+            updated: true,
+        };
+        self.accs.update(&mut merged.accs, inputs, row)?;
+        let mut keep = Vec::with_capacity(list.len() + 1);
+        let mut parts: Vec<Group> = Vec::new();
+        for g in list.drain(..) {
+            if g.start <= merged.end && merged.start <= g.end {
+                parts.push(g);
+            } else {
+                keep.push(g);
+            }
+        }
+        parts.push(merged);
+        parts.sort_by_key(|g| (g.start, g.end));
+        let mut it = parts.into_iter();
+        let mut acc = it.next().expect("at least the new session");
+        for g in it {
+            acc.start = acc.start.min(g.start);
+            acc.end = acc.end.max(g.end);
+            self.accs.merge(&mut acc.accs, &g.accs);
+        }
+        acc.updated = true;
+        keep.push(acc);
+        keep.sort_by_key(|g| g.start);
+        *list = keep;
+        Ok(())
+    }
+}
+
+impl StatefulOperator for AggregateOperator {
+    fn name(&self) -> &'static str {
+        if matches!(self.geometry(), Some(Geometry::Session(_))) {
+            "sessionWindowStateStoreSaveExec"
+        } else {
+            "stateStoreSave"
+        }
+    }
+
+    fn output_schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn process(&mut self, input: &[RecordBatch], ctx: &OpContext) -> Result<OpOutput> {
+        let mut out = OpOutput::default();
+        let mut late_batches = Vec::new();
+        let mut updated = 0u64;
+        let mut windows = Vec::new();
+        for batch in input.iter().filter(|b| b.num_rows() > 0) {
+            let key_cols = self.key_columns(batch)?;
+            let rows = self.keys.convert_columns(&key_cols).map_err(engine)?;
+            let args: Vec<Option<ArrayRef>> = (0..self.layout.aggregates.len())
+                .map(|i| batch.column_by_name(&format!("__arg{i}")).cloned())
+                .collect();
+            let inputs = self.accs.prepare(&args)?;
+            let times = match &self.layout.window {
+                Some(_) => Some(micros(
+                    batch
+                        .column_by_name("__time")
+                        .ok_or_else(|| engine("no __time column"))?,
+                )?),
+                None => None,
+            };
+            let event_keys = match self.layout.event_time_key {
+                Some(k) => Some(micros(&key_cols[k])?),
+                None => None,
+            };
+            let mut late_rows: Vec<u32> = Vec::new();
+            let mut key_buf: Vec<u8> = Vec::new();
+            for i in 0..batch.num_rows() {
+                let ts = match &times {
+                    Some(t) if t.is_null(i) => continue,
+                    Some(t) => t.value(i),
+                    None => 0,
+                };
+                let event_key = event_keys
+                    .as_ref()
+                    .and_then(|e| e.is_valid(i).then(|| e.value(i)));
+                self.windows_of(ts, &mut windows);
+                let mut row_late = false;
+                for &(start, end) in windows.iter() {
+                    if self.is_late(end, event_key, ctx) {
+                        row_late = true;
+                        continue;
+                    }
+                    let key = rows.row(i);
+                    if let Some(Geometry::Session(_)) = self.geometry() {
+                        let owned = key.owned();
+                        self.add_session(key.as_ref(), &owned, start, end, i, &inputs)?;
+                        updated += 1;
+                        continue;
+                    }
+                    key_buf.clear();
+                    key_buf.extend_from_slice(&start.to_be_bytes());
+                    key_buf.extend_from_slice(key.as_ref());
+                    let gi = match self.index.get(key_buf.as_slice()) {
+                        Some(&gi) => gi,
+                        None => {
+                            self.groups.push(Group {
+                                start,
+                                end,
+                                key: key.owned(),
+                                event_key,
+                                accs: self.accs.init(),
+                                updated: false,
+                            });
+                            self.index.insert(key_buf.clone(), self.groups.len() - 1);
+                            self.groups.len() - 1
+                        }
+                    };
+                    let g = &mut self.groups[gi];
+                    if !g.updated {
+                        g.updated = true;
+                        updated += 1;
+                    }
+                    self.accs.update(&mut g.accs, &inputs, i)?;
+                }
+                if row_late {
+                    late_rows.push(i as u32);
+                }
+            }
+            if !late_rows.is_empty() {
+                out.late_count += late_rows.len() as u64;
+                let idx = UInt32Array::from(late_rows);
+                let cols = batch
+                    .columns()
+                    .iter()
+                    .map(|c| take(c, &idx, None))
+                    .collect::<std::result::Result<Vec<_>, _>>()
+                    .map_err(engine)?;
+                late_batches.push(RecordBatch::try_new(batch.schema(), cols).map_err(engine)?);
+            }
+        }
+        if !late_batches.is_empty() {
+            out.late = Some(
+                arrow::compute::concat_batches(&late_batches[0].schema(), &late_batches)
+                    .map_err(engine)?,
+            );
+        }
+
+        // Emit and evict.
+        let session = matches!(self.geometry(), Some(Geometry::Session(_)));
+        let mut evicted: Vec<Group> = Vec::new();
+        match ctx.output_mode {
+            OutputMode::Complete => {
+                let batch = self.emit(&self.all_groups())?;
+                out.rows.push(batch);
+            }
+            OutputMode::Update => {
+                let changed: Vec<&Group> = self
+                    .all_groups()
+                    .into_iter()
+                    .filter(|g| g.updated)
+                    .collect();
+                let batch = self.emit(&changed)?;
+                out.rows.push(batch);
+                self.evict(ctx, &mut evicted, session);
+            }
+            OutputMode::Append => {
+                self.evict(ctx, &mut evicted, session);
+                let refs: Vec<&Group> = evicted.iter().collect();
+                out.rows.push(self.emit(&refs)?);
+            }
+        }
+        for g in self.groups.iter_mut() {
+            g.updated = false;
+        }
+        for list in self.sessions.values_mut() {
+            for g in list.iter_mut() {
+                g.updated = false;
+            }
+        }
+        let after = self.state_rows();
+        self.metrics = StateMetrics {
+            rows_total: after,
+            rows_updated: updated,
+            rows_removed: evicted.len() as u64,
+            memory_bytes: self.memory_bytes(),
+        };
+        Ok(out)
+    }
+
+    fn snapshot(&self) -> Result<RecordBatch> {
+        let groups = self.all_groups();
+        let mut fields = vec![
+            Field::new("__start", DataType::Int64, false),
+            Field::new("__end", DataType::Int64, false),
+            Field::new("__event_key", DataType::Int64, true),
+        ];
+        let mut cols: Vec<ArrayRef> = vec![
+            Arc::new(Int64Array::from(
+                groups.iter().map(|g| g.start).collect::<Vec<_>>(),
+            )),
+            Arc::new(Int64Array::from(
+                groups.iter().map(|g| g.end).collect::<Vec<_>>(),
+            )),
+            Arc::new(groups.iter().map(|g| g.event_key).collect::<Int64Array>()),
+        ];
+        let key_fields = key_fields(&self.layout);
+        let key_cols = self
+            .keys
+            .convert_rows(groups.iter().map(|g| g.key.row()))
+            .map_err(engine)?;
+        for (f, c) in key_fields.iter().zip(key_cols) {
+            fields.push(Field::new(
+                format!("__key_{}", f.name()),
+                c.data_type().clone(),
+                true,
+            ));
+            cols.push(c);
+        }
+        for (f, c) in self
+            .accs
+            .state_columns(groups.iter().map(|g| g.accs.as_slice()))?
+        {
+            fields.push(f);
+            cols.push(c);
+        }
+        RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).map_err(engine)
+    }
+
+    fn restore(&mut self, state: &RecordBatch) -> Result<()> {
+        let col = |name: &str| {
+            state.column_by_name(name).cloned().ok_or_else(|| {
+                Error::new(
+                    &codes::CHECKPOINT_CORRUPT,
+                    format!("aggregation state has no column `{name}`"),
+                )
+            })
+        };
+        let starts = col("__start")?;
+        let starts = starts
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .expect("i64")
+            .clone();
+        let ends = col("__end")?;
+        let ends = ends
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .expect("i64")
+            .clone();
+        let ek = col("__event_key")?;
+        let ek = ek
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .expect("i64")
+            .clone();
+        let key_cols: Vec<ArrayRef> = key_fields(&self.layout)
+            .iter()
+            .map(|f| col(&format!("__key_{}", f.name())))
+            .collect::<Result<_>>()?;
+        let rows = self.keys.convert_columns(&key_cols).map_err(engine)?;
+        let accs = self.accs.restore(state)?;
+        self.groups.clear();
+        self.index.clear();
+        self.sessions.clear();
+        let session = matches!(self.geometry(), Some(Geometry::Session(_)));
+        for (i, a) in accs.into_iter().enumerate() {
+            let g = Group {
+                start: starts.value(i),
+                end: ends.value(i),
+                key: rows.row(i).owned(),
+                event_key: ek.is_valid(i).then(|| ek.value(i)),
+                accs: a,
+                updated: false,
+            };
+            if session {
+                self.sessions
+                    .entry(rows.row(i).as_ref().to_vec())
+                    .or_default()
+                    .push(g);
+            } else {
+                let mut k = g.start.to_be_bytes().to_vec();
+                k.extend_from_slice(rows.row(i).as_ref());
+                self.index.insert(k, self.groups.len());
+                self.groups.push(g);
+            }
+        }
+        for list in self.sessions.values_mut() {
+            list.sort_by_key(|g| g.start);
+        }
+        Ok(())
+    }
+
+    fn metrics(&self) -> StateMetrics {
+        self.metrics
+    }
+}
+
+impl AggregateOperator {
+    fn all_groups(&self) -> Vec<&Group> {
+        if matches!(self.geometry(), Some(Geometry::Session(_))) {
+            let mut v: Vec<&Group> = self.sessions.values().flatten().collect();
+            v.sort_by(|a, b| (a.key.row(), a.start).cmp(&(b.key.row(), b.start)));
+            v
+        } else {
+            self.groups.iter().collect()
+        }
+    }
+
+    fn state_rows(&self) -> u64 {
+        (self.groups.len() + self.sessions.values().map(Vec::len).sum::<usize>()) as u64
+    }
+
+    fn memory_bytes(&self) -> u64 {
+        let per_group =
+            |g: &Group| 64 + g.key.row().as_ref().len() as u64 + 24 * g.accs.len() as u64;
+        self.groups.iter().map(per_group).sum::<u64>()
+            + self.sessions.values().flatten().map(per_group).sum::<u64>()
+    }
+
+    /// Moves closed groups (by the eviction watermark) into `out`.
+    fn evict(&mut self, ctx: &OpContext, out: &mut Vec<Group>, session: bool) {
+        if !ctx.has_watermark {
+            return;
+        }
+        if session {
+            let wm = ctx.evict_watermark_us;
+            for list in self.sessions.values_mut() {
+                let (closed, open): (Vec<Group>, Vec<Group>) =
+                    list.drain(..).partition(|g| g.end <= wm);
+                out.extend(closed);
+                *list = open;
+            }
+            self.sessions.retain(|_, l| !l.is_empty());
+            return;
+        }
+        let closed: Vec<bool> = self.groups.iter().map(|g| self.closed(g, ctx)).collect();
+        if !closed.iter().any(|c| *c) {
+            return;
+        }
+        let mut keep = Vec::with_capacity(self.groups.len());
+        for (g, c) in std::mem::take(&mut self.groups).into_iter().zip(closed) {
+            if c {
+                out.push(g);
+            } else {
+                keep.push(g);
+            }
+        }
+        self.groups = keep;
+        self.index.clear();
+        for (i, g) in self.groups.iter().enumerate() {
+            let mut k = g.start.to_be_bytes().to_vec();
+            k.extend_from_slice(g.key.row().as_ref());
+            self.index.insert(k, i);
+        }
+    }
+}
+
+/// Deduplication: Spark's `dropDuplicates(keys)` (with or without a watermark) and
+/// `dropDuplicatesWithinWatermark(keys)`.
+pub struct DedupOperator {
+    schema: SchemaRef,
+    keys: Vec<String>,
+    converter: RowConverter,
+    /// Watermarked event-time column, if the input has one.
+    time_column: Option<String>,
+    /// `Some(delay µs)`: within-watermark mode (state expires at first event time + delay).
+    within_delay_us: Option<i64>,
+    /// key bytes → event time (µs) of the first occurrence, or expiry for within mode;
+    /// `None` when the key carries no event time.
+    seen: HashMap<Vec<u8>, Option<i64>>,
+    metrics: StateMetrics,
+}
+
+impl DedupOperator {
+    /// A dedup over `keys` of rows with `schema` (all columns when `keys` is empty).
+    pub fn new(
+        schema: SchemaRef,
+        keys: Vec<String>,
+        time_column: Option<String>,
+        within_delay_us: Option<i64>,
+    ) -> Result<Self> {
+        let keys = if keys.is_empty() {
+            schema.fields().iter().map(|f| f.name().clone()).collect()
+        } else {
+            keys
+        };
+        let fields = keys
+            .iter()
+            .map(|k| {
+                schema
+                    .field_with_name(k)
+                    .map(|f| SortField::new(f.data_type().clone()))
+                    .map_err(|_| {
+                        Error::new(
+                            &codes::UNKNOWN_COLUMN,
+                            format!("dedup key `{k}` is not a column"),
+                        )
+                    })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(DedupOperator {
+            converter: RowConverter::new(fields).map_err(engine)?,
+            schema,
+            keys,
+            time_column,
+            within_delay_us,
+            seen: HashMap::new(),
+            metrics: StateMetrics::default(),
+        })
+    }
+
+    /// Whether the state can be evicted (the event time is a key, or within mode).
+    fn evictable(&self) -> bool {
+        self.within_delay_us.is_some()
+            || self
+                .time_column
+                .as_ref()
+                .is_some_and(|t| self.keys.contains(t))
+    }
+}
+
+impl StatefulOperator for DedupOperator {
+    fn name(&self) -> &'static str {
+        if self.within_delay_us.is_some() {
+            "dedupeWithinWatermark"
+        } else {
+            "dedupe"
+        }
+    }
+
+    fn output_schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn process(&mut self, input: &[RecordBatch], ctx: &OpContext) -> Result<OpOutput> {
+        let mut out = OpOutput::default();
+        let mut late_batches = Vec::new();
+        let mut updated = 0;
+        let before = self.seen.len() as u64;
+        for batch in input.iter().filter(|b| b.num_rows() > 0) {
+            let cols: Vec<ArrayRef> = self
+                .keys
+                .iter()
+                .map(|k| {
+                    batch
+                        .column_by_name(k)
+                        .cloned()
+                        .ok_or_else(|| engine(format!("missing dedup key {k}")))
+                })
+                .collect::<Result<_>>()?;
+            let rows = self.converter.convert_columns(&cols).map_err(engine)?;
+            let times = match (&self.time_column, ctx.has_watermark) {
+                (Some(t), true) => Some(micros(
+                    batch
+                        .column_by_name(t)
+                        .ok_or_else(|| engine(format!("missing {t}")))?,
+                )?),
+                _ => None,
+            };
+            let mut keep = Vec::with_capacity(batch.num_rows());
+            let mut late = Vec::new();
+            for i in 0..batch.num_rows() {
+                let ts = times
+                    .as_ref()
+                    .and_then(|t| t.is_valid(i).then(|| t.value(i)));
+                if let Some(ts) = ts {
+                    if !ctx.accept_late && ts <= ctx.late_watermark_us {
+                        keep.push(false);
+                        late.push(i as u32);
+                        continue;
+                    }
+                }
+                let row = rows.row(i);
+                let key = row.as_ref();
+                if self.seen.contains_key(key) {
+                    keep.push(false);
+                    continue;
+                }
+                let value = match self.within_delay_us {
+                    Some(d) => ts.map(|t| t + d),
+                    None => ts,
+                };
+                self.seen.insert(key.to_vec(), value);
+                updated += 1;
+                keep.push(true);
+            }
+            if !late.is_empty() {
+                out.late_count += late.len() as u64;
+                let idx = UInt32Array::from(late);
+                let cols = batch
+                    .columns()
+                    .iter()
+                    .map(|c| take(c, &idx, None))
+                    .collect::<std::result::Result<Vec<_>, _>>()
+                    .map_err(engine)?;
+                late_batches.push(RecordBatch::try_new(batch.schema(), cols).map_err(engine)?);
+            }
+            out.rows
+                .push(filter_record_batch(batch, &BooleanArray::from(keep)).map_err(engine)?);
+        }
+        if !late_batches.is_empty() {
+            out.late = Some(
+                arrow::compute::concat_batches(&late_batches[0].schema(), &late_batches)
+                    .map_err(engine)?,
+            );
+        }
+        if ctx.has_watermark && self.evictable() {
+            let wm = ctx.evict_watermark_us;
+            self.seen.retain(|_, v| v.is_none_or(|t| t > wm));
+        }
+        let after = self.seen.len() as u64;
+        self.metrics = StateMetrics {
+            rows_total: after,
+            rows_updated: updated,
+            rows_removed: (before + updated).saturating_sub(after),
+            memory_bytes: self.seen.keys().map(|k| k.len() as u64 + 32).sum(),
+        };
+        Ok(out)
+    }
+
+    fn snapshot(&self) -> Result<RecordBatch> {
+        let mut entries: Vec<(&Vec<u8>, &Option<i64>)> = self.seen.iter().collect();
+        entries.sort();
+        let keys =
+            arrow::array::BinaryArray::from_iter_values(entries.iter().map(|(k, _)| k.as_slice()));
+        let values: Int64Array = entries.iter().map(|(_, v)| **v).collect();
+        RecordBatch::try_from_iter(vec![
+            ("__key", Arc::new(keys) as ArrayRef),
+            ("__value", Arc::new(values) as ArrayRef),
+        ])
+        .map_err(engine)
+    }
+
+    fn restore(&mut self, state: &RecordBatch) -> Result<()> {
+        let bad = || Error::new(&codes::CHECKPOINT_CORRUPT, "dedup state is malformed");
+        let keys = state.column_by_name("__key").ok_or_else(bad)?;
+        let keys = keys
+            .as_any()
+            .downcast_ref::<arrow::array::BinaryArray>()
+            .ok_or_else(bad)?;
+        let values = state.column_by_name("__value").ok_or_else(bad)?;
+        let values = values
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .ok_or_else(bad)?;
+        self.seen = (0..state.num_rows())
+            .map(|i| {
+                (
+                    keys.value(i).to_vec(),
+                    values.is_valid(i).then(|| values.value(i)),
+                )
+            })
+            .collect();
+        Ok(())
+    }
+
+    fn metrics(&self) -> StateMetrics {
+        self.metrics
+    }
+}

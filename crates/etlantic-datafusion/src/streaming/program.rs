@@ -1,0 +1,389 @@
+//! The executable form of a streaming region: every transformation split into runs of
+//! stateless steps (run by DataFusion on each micro-batch) and stateful steps (run by the
+//! operators of [`super::operators`] against their state).
+
+use super::accumulators::AggSpec;
+use super::operators::{
+    AggregateLayout, AggregateOperator, DedupOperator, Geometry, StatefulOperator,
+};
+use arrow::array::{ArrayRef, RecordBatch};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use etlantic_core::data::Table;
+use etlantic_core::diagnostics::{codes, Error, Result};
+use etlantic_core::ir::{Action, ActionNode, Expr, NamedExpr, WindowKind};
+use etlantic_core::plugin::{StepLogic, StepTask};
+use etlantic_core::streaming::LatePolicy;
+use indexmap::IndexMap;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// A stateful step with its operator.
+pub struct StatefulUnit {
+    /// Stable operator id (`<transform>.<step>`), the state directory name.
+    pub id: String,
+    /// The step.
+    pub step: ActionNode,
+    /// The operator.
+    pub op: Box<dyn StatefulOperator>,
+    /// Expressions to evaluate into the operator's input (aggregations): key columns,
+    /// `__arg{i}` and `__time`.
+    pub prepare: Vec<NamedExpr>,
+    /// The late-event policy of the sources feeding it.
+    pub late_policy: LatePolicy,
+    /// The sources feeding it.
+    pub sources: Vec<String>,
+    /// Whether any of them is watermarked.
+    pub watermarked: bool,
+}
+
+/// A piece of a transformation.
+pub enum Unit {
+    /// Consecutive stateless DTCS steps, and the relations among their results that
+    /// later units (or the transformation's output) read.
+    Stateless {
+        /// The steps.
+        steps: Vec<ActionNode>,
+        /// Results to materialise.
+        outputs: Vec<String>,
+    },
+    /// One stateful step.
+    Stateful(StatefulUnit),
+}
+
+/// A transformation of the streaming region.
+pub struct TransformUnit {
+    /// Transformation id.
+    pub id: String,
+    /// Port → upstream node.
+    pub inputs: IndexMap<String, String>,
+    /// Its pieces, in order (portable plans).
+    pub units: Vec<Unit>,
+    /// The relation that is the transformation's output.
+    pub output: String,
+    /// Parameter values.
+    pub parameters: IndexMap<String, Value>,
+    /// A non-portable step (SQL or engine-specific implementation), run whole.
+    pub opaque: Option<StepTask>,
+}
+
+/// Information about the sources of the region.
+pub struct SourceInfo {
+    /// Event-time column, if the source is watermarked.
+    pub event_time: Option<String>,
+    /// Watermark delay (µs).
+    pub delay_us: Option<i64>,
+    /// Late policy.
+    pub late: LatePolicy,
+}
+
+fn schema_of(rel: &str, schemas: &HashMap<String, SchemaRef>) -> Result<SchemaRef> {
+    schemas.get(rel).cloned().ok_or_else(|| {
+        Error::new(
+            &codes::PLAN_INVALID,
+            format!("unknown relation `{rel}` in a streaming step"),
+        )
+    })
+}
+
+/// Builds the units of one transformation. `schemas` holds the schemas of every relation
+/// visible to it (its ports), and receives the schemas of the steps.
+pub fn build_transform(
+    task: &StepTask,
+    upstream_sources: &HashMap<String, Vec<String>>,
+    sources: &HashMap<String, SourceInfo>,
+    schemas: &mut HashMap<String, SchemaRef>,
+) -> Result<TransformUnit> {
+    let inputs: IndexMap<String, String> = task.inputs.clone();
+    let (plan, parameters, output) = match &task.logic {
+        StepLogic::Portable {
+            plan,
+            parameters,
+            output,
+        } => (plan.clone(), parameters.clone(), output.clone()),
+        _ => {
+            return Ok(TransformUnit {
+                id: task.id.clone(),
+                inputs,
+                units: vec![],
+                output: task.id.clone(),
+                parameters: IndexMap::new(),
+                opaque: Some(task.clone()),
+            })
+        }
+    };
+    let decoded = plan.decoded();
+    // Which sources feed which relation of the plan.
+    let mut feeders: HashMap<String, Vec<String>> = HashMap::new();
+    for (port, node) in &inputs {
+        feeders.insert(
+            port.clone(),
+            upstream_sources.get(node).cloned().unwrap_or_default(),
+        );
+    }
+    let mut units: Vec<Unit> = Vec::new();
+    let mut run: Vec<ActionNode> = Vec::new();
+    for step in &decoded.steps {
+        let mut fed: Vec<String> = feeders.get(&step.target).cloned().unwrap_or_default();
+        for s in step.op.secondary_inputs() {
+            fed.extend(feeders.get(s).cloned().unwrap_or_default());
+        }
+        fed.sort();
+        fed.dedup();
+        feeders.insert(step.id.clone(), fed.clone());
+        if !step.op.is_stateful() {
+            let schema = crate::streaming::stateless::step_schema(step, schemas, &parameters)?;
+            schemas.insert(step.id.clone(), schema);
+            run.push(step.clone());
+            continue;
+        }
+        if !run.is_empty() {
+            units.push(Unit::Stateless {
+                steps: std::mem::take(&mut run),
+                outputs: vec![],
+            });
+        }
+        let input = schema_of(&step.target, schemas)?;
+        let infos: Vec<&SourceInfo> = fed.iter().filter_map(|s| sources.get(s)).collect();
+        let watermarked = infos.iter().any(|i| i.event_time.is_some());
+        let late_policy = infos.first().map(|i| i.late.clone()).unwrap_or_default();
+        let event_cols: Vec<String> = infos.iter().filter_map(|i| i.event_time.clone()).collect();
+        let (op, prepare): (Box<dyn StatefulOperator>, Vec<NamedExpr>) = match &step.op {
+            Action::Aggregate {
+                group_by,
+                aggregates,
+            }
+            | Action::WindowAggregate {
+                group_by,
+                aggregates,
+                ..
+            } => {
+                let window = match &step.op {
+                    Action::WindowAggregate { window, .. } => Some(window.clone()),
+                    _ => None,
+                };
+                let mut prepare: Vec<NamedExpr> = group_by.clone();
+                let bound = |e: &Expr| {
+                    e.bind_parameters(&parameters)
+                        .map_err(|m| Error::new(&codes::UNKNOWN_PARAMETER, m))
+                };
+                for p in prepare.iter_mut() {
+                    p.expr = bound(&p.expr)?;
+                }
+                let mut specs = Vec::new();
+                for (i, a) in aggregates.iter().enumerate() {
+                    let input_type = match &a.arg {
+                        Some(e) => {
+                            let e = bound(e)?;
+                            let t = crate::streaming::stateless::expr_type(&e, &input)?;
+                            prepare.push(NamedExpr {
+                                name: format!("__arg{i}"),
+                                expr: e,
+                            });
+                            Some(t)
+                        }
+                        None => None,
+                    };
+                    specs.push(AggSpec {
+                        name: a.name.clone(),
+                        func: a.func,
+                        input_type,
+                    });
+                }
+                let key_fields: Vec<Field> = group_by
+                    .iter()
+                    .map(|g| {
+                        let t = crate::streaming::stateless::expr_type(&bound(&g.expr)?, &input)?;
+                        Ok(Field::new(&g.name, t, true))
+                    })
+                    .collect::<Result<_>>()?;
+                let window_layout = match &window {
+                    Some(w) => {
+                        let t = input
+                            .field_with_name(&w.time_column)
+                            .map_err(|_| {
+                                Error::new(
+                                    &codes::UNKNOWN_COLUMN,
+                                    format!(
+                                        "window column `{}` is not in the input",
+                                        w.time_column
+                                    ),
+                                )
+                            })?
+                            .data_type()
+                            .clone();
+                        if !matches!(t, DataType::Timestamp(..)) {
+                            return Err(Error::new(
+                                &codes::BAD_WATERMARK,
+                                format!(
+                                    "window column `{}` is {t}, not a timestamp",
+                                    w.time_column
+                                ),
+                            ));
+                        }
+                        prepare.push(NamedExpr {
+                            name: "__time".into(),
+                            expr: Expr::col(&w.time_column),
+                        });
+                        let g = match w.kind {
+                            WindowKind::Tumbling { size } => Geometry::Tumbling(size.as_micros()),
+                            WindowKind::Sliding { size, slide } => {
+                                Geometry::Sliding(size.as_micros(), slide.as_micros())
+                            }
+                            WindowKind::Session { gap } => Geometry::Session(gap.as_micros()),
+                        };
+                        Some((g, t))
+                    }
+                    None => None,
+                };
+                let event_time_key = if window_layout.is_none() {
+                    group_by
+                        .iter()
+                        .position(|g| matches!(&g.expr, Expr::Column(c) if event_cols.contains(c)))
+                } else {
+                    None
+                };
+                let layout = AggregateLayout {
+                    keys: key_fields,
+                    aggregates: specs,
+                    window: window_layout,
+                    event_time_key,
+                };
+                (Box::new(AggregateOperator::new(layout)?), prepare)
+            }
+            Action::Deduplicate { keys, .. } | Action::Distinct { fields: Some(keys) } => {
+                let time = event_cols
+                    .first()
+                    .cloned()
+                    .filter(|c| input.field_with_name(c).is_ok());
+                (
+                    Box::new(DedupOperator::new(input.clone(), keys.clone(), time, None)?),
+                    vec![],
+                )
+            }
+            Action::Distinct { fields: None } => (
+                Box::new(DedupOperator::new(input.clone(), vec![], None, None)?),
+                vec![],
+            ),
+            Action::DeduplicateWithinWatermark { keys } => {
+                let time = event_cols
+                    .first()
+                    .cloned()
+                    .filter(|c| input.field_with_name(c).is_ok());
+                let delay = infos.iter().find_map(|i| i.delay_us).unwrap_or(0);
+                (
+                    Box::new(DedupOperator::new(
+                        input.clone(),
+                        keys.clone(),
+                        time,
+                        Some(delay),
+                    )?),
+                    vec![],
+                )
+            }
+            other => {
+                return Err(Error::new(
+                    &codes::UNSUPPORTED_STREAMING_OP,
+                    format!("{} is not a streaming operator", other.id()),
+                ))
+            }
+        };
+        schemas.insert(step.id.clone(), op.output_schema());
+        units.push(Unit::Stateful(StatefulUnit {
+            id: format!("{}.{}", task.id, step.id),
+            step: step.clone(),
+            op,
+            prepare,
+            late_policy,
+            sources: fed,
+            watermarked,
+        }));
+    }
+    if !run.is_empty() {
+        units.push(Unit::Stateless {
+            steps: run,
+            outputs: vec![],
+        });
+    }
+    let output = decoded.outputs.get(&output).cloned().ok_or_else(|| {
+        Error::new(
+            &codes::PLAN_INVALID,
+            format!("the plan of `{}` has no output `{output}`", task.id),
+        )
+    })?;
+    // Which results of each stateless run are read later.
+    let reads_after = |from: usize| -> Vec<String> {
+        let mut r = vec![output.clone()];
+        for u in &units[from..] {
+            let steps: Vec<&ActionNode> = match u {
+                Unit::Stateless { steps, .. } => steps.iter().collect(),
+                Unit::Stateful(s) => vec![&s.step],
+            };
+            for s in steps {
+                r.push(s.target.clone());
+                r.extend(s.op.secondary_inputs().into_iter().map(String::from));
+            }
+        }
+        r
+    };
+    let needed: Vec<Vec<String>> = (0..units.len()).map(|i| reads_after(i + 1)).collect();
+    for (u, later) in units.iter_mut().zip(needed) {
+        if let Unit::Stateless { steps, outputs } = u {
+            *outputs = steps
+                .iter()
+                .map(|s| s.id.clone())
+                .filter(|id| later.contains(id))
+                .collect();
+        }
+    }
+    Ok(TransformUnit {
+        id: task.id.clone(),
+        inputs,
+        units,
+        output,
+        parameters,
+        opaque: None,
+    })
+}
+
+/// Evaluates the preparation of a stateful unit into the operator's input batches.
+pub async fn prepare_input(table: &Table, prepare: &[NamedExpr]) -> Result<Vec<RecordBatch>> {
+    if prepare.is_empty() {
+        return Ok(table.batches.clone());
+    }
+    // Plain columns are taken directly; anything else goes through DataFusion.
+    let all_columns = prepare
+        .iter()
+        .all(|p| matches!(&p.expr, Expr::Column(c) if table.schema.field_with_name(c).is_ok()));
+    if !all_columns {
+        return crate::streaming::stateless::project(table, prepare).await;
+    }
+    let fields: Vec<Field> = prepare
+        .iter()
+        .map(|p| match &p.expr {
+            Expr::Column(c) => table
+                .schema
+                .field_with_name(c)
+                .expect("checked")
+                .clone()
+                .with_name(&p.name),
+            _ => unreachable!("all columns"),
+        })
+        .collect();
+    let schema = Arc::new(Schema::new(fields));
+    table
+        .batches
+        .iter()
+        .map(|b| {
+            let cols: Vec<ArrayRef> = prepare
+                .iter()
+                .map(|p| match &p.expr {
+                    Expr::Column(c) => b.column_by_name(c).cloned().expect("checked"),
+                    _ => unreachable!(),
+                })
+                .collect();
+            RecordBatch::try_new(schema.clone(), cols)
+                .map_err(|e| Error::new(&codes::ENGINE_ERROR, e.to_string()))
+        })
+        .collect()
+}

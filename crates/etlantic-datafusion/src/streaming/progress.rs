@@ -1,0 +1,189 @@
+//! Progress records shaped like Spark's `StreamingQueryProgress`, one per micro-batch,
+//! written as JSON lines to `<checkpoint>/progress.jsonl` and handed to listeners.
+
+use super::checkpoint::OffsetEntry;
+use super::operators::StateMetrics;
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde_json::{json, Map, Value};
+use std::time::Duration;
+
+/// Per-source figures of a batch.
+pub struct SourceProgress {
+    /// `id (asset)`.
+    pub description: String,
+    /// Start offset.
+    pub start_offset: Option<Value>,
+    /// End offset.
+    pub end_offset: Option<Value>,
+    /// Rows read.
+    pub num_input_rows: u64,
+}
+
+/// Per-operator figures of a batch.
+pub struct StateProgress {
+    /// Spark's operator name.
+    pub operator_name: String,
+    /// Operator id.
+    pub id: String,
+    /// State size.
+    pub metrics: StateMetrics,
+    /// Rows dropped (or routed) as late.
+    pub dropped_by_watermark: u64,
+    /// Time spent in the operator.
+    pub time_ms: u64,
+}
+
+/// Batch-level figures.
+pub struct BatchView {
+    /// Rows read from all sources.
+    pub num_input_rows: u64,
+    /// Records quarantined for breaking their contract.
+    pub rejected: u64,
+    /// Late rows.
+    pub late: u64,
+    /// Minimum event time (µs).
+    pub event_min_us: Option<i64>,
+    /// Maximum event time (µs).
+    pub event_max_us: Option<i64>,
+    /// Average event time (µs).
+    pub event_avg_us: Option<i64>,
+    /// The watermark in force (ms), when the query has one.
+    pub watermark_ms: Option<i64>,
+}
+
+/// Builds one progress record.
+pub struct ProgressBuilder {
+    record: Map<String, Value>,
+    durations: Map<String, Value>,
+}
+
+/// ISO-8601 UTC with milliseconds, like Spark.
+pub fn iso_ms(ms: i64) -> String {
+    DateTime::<Utc>::from_timestamp_millis(ms)
+        .map(|d| d.to_rfc3339_opts(SecondsFormat::Millis, true))
+        .unwrap_or_default()
+}
+
+impl ProgressBuilder {
+    /// Starts the record of `batch_id`.
+    pub fn new(
+        query_id: &str,
+        run_id: &str,
+        name: &str,
+        batch_id: u64,
+        entry: &OffsetEntry,
+    ) -> Self {
+        let mut record = Map::new();
+        record.insert("id".into(), json!(query_id));
+        record.insert("runId".into(), json!(run_id));
+        record.insert("name".into(), json!(name));
+        record.insert("timestamp".into(), json!(iso_ms(entry.batch_timestamp_ms)));
+        record.insert("batchId".into(), json!(batch_id));
+        record.insert("kind".into(), json!(entry.kind));
+        ProgressBuilder {
+            record,
+            durations: Map::new(),
+        }
+    }
+
+    /// Records a duration of a phase (`walCommit`, `getBatch`, `addBatch`, ...).
+    pub fn duration(&mut self, phase: &str, d: Duration) {
+        self.durations
+            .insert(phase.into(), json!(d.as_millis() as u64));
+    }
+
+    /// Completes the record.
+    #[allow(clippy::too_many_arguments)]
+    pub fn finish(
+        mut self,
+        batch: &BatchView,
+        sources: Vec<SourceProgress>,
+        state: Vec<StateProgress>,
+        sink: String,
+        output_rows: u64,
+        checkpoint: String,
+        next_watermark_ms: Option<i64>,
+    ) -> Value {
+        let total_ms = self
+            .durations
+            .get("triggerExecution")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
+        let secs = (total_ms.max(1)) as f64 / 1000.0;
+        let rate = batch.num_input_rows as f64 / secs;
+        self.record.insert("batchDuration".into(), json!(total_ms));
+        self.record
+            .insert("numInputRows".into(), json!(batch.num_input_rows));
+        self.record.insert("inputRowsPerSecond".into(), json!(rate));
+        self.record
+            .insert("processedRowsPerSecond".into(), json!(rate));
+        self.record
+            .insert("durationMs".into(), Value::Object(self.durations.clone()));
+        let mut event = Map::new();
+        if let Some(v) = batch.event_min_us {
+            event.insert("min".into(), json!(iso_ms(v.div_euclid(1000))));
+        }
+        if let Some(v) = batch.event_max_us {
+            event.insert("max".into(), json!(iso_ms(v.div_euclid(1000))));
+        }
+        if let Some(v) = batch.event_avg_us {
+            event.insert("avg".into(), json!(iso_ms(v.div_euclid(1000))));
+        }
+        if let Some(w) = batch.watermark_ms {
+            event.insert("watermark".into(), json!(iso_ms(w)));
+        }
+        if let Some(w) = next_watermark_ms {
+            event.insert("nextWatermark".into(), json!(iso_ms(w)));
+        }
+        self.record.insert("eventTime".into(), Value::Object(event));
+        self.record.insert(
+            "stateOperators".into(),
+            Value::Array(
+                state
+                    .into_iter()
+                    .map(|s| {
+                        json!({
+                            "operatorName": s.operator_name,
+                            "operatorId": s.id,
+                            "numRowsTotal": s.metrics.rows_total,
+                            "numRowsUpdated": s.metrics.rows_updated,
+                            "numRowsRemoved": s.metrics.rows_removed,
+                            "memoryUsedBytes": s.metrics.memory_bytes,
+                            "numRowsDroppedByWatermark": s.dropped_by_watermark,
+                            "allUpdatesTimeMs": s.time_ms,
+                        })
+                    })
+                    .collect(),
+            ),
+        );
+        self.record.insert(
+            "sources".into(),
+            Value::Array(
+                sources
+                    .into_iter()
+                    .map(|s| {
+                        json!({
+                            "description": s.description,
+                            "startOffset": s.start_offset,
+                            "endOffset": s.end_offset,
+                            "latestOffset": s.end_offset,
+                            "numInputRows": s.num_input_rows,
+                            "inputRowsPerSecond": s.num_input_rows as f64 / secs,
+                            "processedRowsPerSecond": s.num_input_rows as f64 / secs,
+                        })
+                    })
+                    .collect(),
+            ),
+        );
+        self.record.insert(
+            "sink".into(),
+            json!({"description": sink, "numOutputRows": output_rows}),
+        );
+        self.record
+            .insert("quarantinedRows".into(), json!(batch.rejected));
+        self.record.insert("lateRows".into(), json!(batch.late));
+        self.record
+            .insert("checkpointLocation".into(), json!(checkpoint));
+        Value::Object(self.record)
+    }
+}

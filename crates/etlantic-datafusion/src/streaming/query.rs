@@ -1,0 +1,1022 @@
+//! The micro-batch driver: Spark's `MicroBatchExecution` for ETLantic plans.
+//!
+//! Batch protocol, for batch N:
+//! 1. ask every source for its latest offset (bounded by its read limit);
+//! 2. write `offsets/N` — the write-ahead log: source ranges, the watermark in force,
+//!    the watermark of the previous micro-batch, the batch timestamp;
+//! 3. read the ranges; quarantine records that break their contract; track event times;
+//! 4. run the transformations: stateless steps on DataFusion, stateful steps on their
+//!    operators; route late rows by the late-event policy;
+//! 5. hand each sink its rows, identified by (query id, N) — sinks are idempotent or
+//!    transactional per batch id, or declare at-least-once;
+//! 6. write the operators' state snapshots (version N+1);
+//! 7. write `commits/N` with the next watermark;
+//! 8. let the sources forget what is committed; append a progress record.
+//!
+//! When the watermark moved and a stateful operator depends on it, a no-data batch N+1
+//! runs right away (Spark's `noDataMicroBatches`), so windows close without new input.
+//!
+//! On restart the query resumes after the last commit; a batch whose offsets are logged
+//! but not committed runs again with exactly the logged offsets and watermarks.
+
+use super::checkpoint::{Checkpoint, CommitEntry, Metadata, OffsetEntry, SourceRange};
+use super::operators::OpContext;
+use super::program::{build_transform, prepare_input, SourceInfo, TransformUnit, Unit};
+use super::progress::{ProgressBuilder, SourceProgress, StateProgress};
+use super::watermark::WatermarkTracker;
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use chrono::Utc;
+use etlantic_core::canonical;
+use etlantic_core::data::{Offset, RejectedRecord, SourcePosition, Table};
+use etlantic_core::diagnostics::{codes, Diagnostic, Diagnostics, Error, Result};
+use etlantic_core::plugin::{
+    self, ReadLimit, Sink, SinkBatch, SinkContext, Source, SourceContext, WriteOutcome,
+};
+use etlantic_core::profile::OnError;
+use etlantic_core::streaming::{ExecutionMode, LatePolicy, OutputMode, Trigger};
+use etlantic_core::uri::BindingUri;
+use etlantic_plan::plan::{PipelinePlan, PlanLogic};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Receives every progress record.
+pub type ProgressListener = Arc<dyn Fn(&Value) + Send + Sync>;
+
+/// How a streaming query runs.
+#[derive(Clone)]
+pub struct StreamingOptions {
+    /// Directory relative binding paths resolve against.
+    pub root: PathBuf,
+    /// The checkpoint directory.
+    pub checkpoint: PathBuf,
+    /// Resolves `${...}` secret references in binding URIs.
+    pub resolve: Arc<dyn Fn(&str) -> Result<String> + Send + Sync>,
+    /// Called with each progress record.
+    pub on_progress: Option<ProgressListener>,
+    /// Stop the processing-time loop when set.
+    pub stop: Arc<AtomicBool>,
+    /// Stop after this many micro-batches (processing-time trigger), if set.
+    pub max_batches: Option<u64>,
+}
+
+impl StreamingOptions {
+    /// Options with no secret resolution and no listener.
+    pub fn new(root: impl Into<PathBuf>, checkpoint: impl Into<PathBuf>) -> Self {
+        StreamingOptions {
+            root: root.into(),
+            checkpoint: checkpoint.into(),
+            resolve: Arc::new(|s| Ok(s.to_string())),
+            on_progress: None,
+            stop: Arc::new(AtomicBool::new(false)),
+            max_batches: None,
+        }
+    }
+}
+
+/// Where the process may be killed on purpose (fault-injection tests), set with the
+/// environment variable `ETLANTIC_FAIL_POINT=<point>:<batch id>`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailPoint {
+    /// After `offsets/N` is written.
+    AfterOffsets,
+    /// After the first sink wrote, before the others (and before the state).
+    AfterSink,
+    /// After the state snapshot, before `commits/N`.
+    AfterState,
+    /// After `commits/N`.
+    AfterCommit,
+}
+
+fn fail_point() -> Option<(FailPoint, u64)> {
+    let v = std::env::var("ETLANTIC_FAIL_POINT").ok()?;
+    let (p, n) = v.split_once(':')?;
+    let point = match p {
+        "after_offsets" => FailPoint::AfterOffsets,
+        "after_sink" => FailPoint::AfterSink,
+        "after_state" => FailPoint::AfterState,
+        "after_commit" => FailPoint::AfterCommit,
+        _ => return None,
+    };
+    Some((point, n.parse().ok()?))
+}
+
+struct SourceRt {
+    id: String,
+    asset: String,
+    source: Box<dyn Source>,
+    limit: ReadLimit,
+    position: Option<Offset>,
+    info: SourceInfo,
+}
+
+struct SinkRt {
+    id: String,
+    input: String,
+    asset: String,
+    sink: Box<dyn Sink>,
+    output_mode: OutputMode,
+    schema: SchemaRef,
+    description: String,
+}
+
+/// Counters of one micro-batch.
+#[derive(Default)]
+struct BatchStats {
+    input_rows: HashMap<String, u64>,
+    rejected: u64,
+    late: u64,
+    output_rows: u64,
+    event_min_us: Option<i64>,
+    event_max_us: Option<i64>,
+    event_sum: i128,
+    event_count: u64,
+}
+
+/// A running streaming query.
+pub struct StreamingQuery {
+    plan: PipelinePlan,
+    opts: StreamingOptions,
+    checkpoint: Checkpoint,
+    query_id: String,
+    run_id: String,
+    sources: Vec<SourceRt>,
+    sinks: Vec<SinkRt>,
+    side_sinks: HashMap<String, usize>,
+    transforms: Vec<TransformUnit>,
+    watermark: WatermarkTracker,
+    /// The watermark in force for the previous micro-batch.
+    prev_watermark_ms: i64,
+    next_batch: u64,
+    /// A batch whose offsets are logged but not committed (re-run first).
+    replay: Option<OffsetEntry>,
+    needs_no_data: bool,
+    quarantine: Option<PathBuf>,
+    fail: Option<(FailPoint, u64)>,
+    last_progress: Option<Value>,
+    batches_run: u64,
+}
+
+fn io(e: impl std::fmt::Display) -> Error {
+    Error::new(&codes::IO_ERROR, e.to_string())
+}
+
+/// The fingerprint of what a restarted query must keep equal: sources (schemas, event
+/// time, watermarks), transformation logic and sinks (inputs, output modes). Bindings,
+/// triggers and profile names may change between runs.
+pub fn compatibility_fingerprint(plan: &PipelinePlan) -> String {
+    let v = json!({
+        "sources": plan.sources.iter().map(|s| json!({
+            "id": s.id, "schema": plan.assets.get(&s.asset).map(|a| serde_json::to_value(&a.schema).expect("serialises")),
+            "eventTime": s.event_time, "watermark": s.watermark,
+        })).collect::<Vec<_>>(),
+        "transforms": plan.transforms.iter().map(|t| json!({
+            "id": t.id, "inputs": t.inputs, "logic": match &t.logic {
+                PlanLogic::Portable { dtcs_fingerprint, parameters, output, .. } => json!({"dtcs": dtcs_fingerprint, "parameters": parameters, "output": output}),
+                other => serde_json::to_value(other).expect("serialises"),
+            },
+        })).collect::<Vec<_>>(),
+        "sinks": plan.sinks.iter().map(|s| json!({"id": s.id, "input": s.input, "outputMode": s.output_mode})).collect::<Vec<_>>(),
+    });
+    canonical::fingerprint(&v)
+}
+
+impl StreamingQuery {
+    /// Starts (or resumes) a query: opens the checkpoint, creates sources and sinks,
+    /// restores state. Nothing is read yet.
+    pub async fn start(plan: &PipelinePlan, opts: StreamingOptions) -> Result<Self> {
+        if plan.profile.mode != ExecutionMode::Streaming {
+            return Err(Error::new(&codes::PLAN_INVALID, "not a streaming plan"));
+        }
+        let checkpoint = Checkpoint::open(&opts.checkpoint)?;
+        let compat = compatibility_fingerprint(plan);
+        let metadata = match checkpoint.metadata()? {
+            Some(m) => {
+                if m.compatibility != compat {
+                    return Err(Diagnostic::new(
+                        &codes::CHECKPOINT_INCOMPATIBLE,
+                        format!(
+                            "checkpoint {} was written by a different query (its sources, logic or sinks changed since plan {})",
+                            opts.checkpoint.display(),
+                            m.plan_fingerprint
+                        ),
+                    )
+                    .into());
+                }
+                m
+            }
+            None => {
+                let m = Metadata {
+                    id: uuid::Uuid::new_v4().to_string(),
+                    pipeline: plan.pipeline.clone(),
+                    plan_fingerprint: plan.fingerprint.clone(),
+                    compatibility: compat,
+                    created_at: Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                };
+                checkpoint.write_metadata(&m)?;
+                m
+            }
+        };
+        let resolve_uri =
+            |text: &str| -> Result<BindingUri> { BindingUri::parse(&(opts.resolve)(text)?) };
+
+        // Sources.
+        let mut sources = Vec::new();
+        let mut delays = BTreeMap::new();
+        for (n, s) in plan.sources.iter().enumerate() {
+            let contract = plan.asset_contract(&s.asset)?;
+            let uri = resolve_uri(&plan.assets[&s.asset].binding)?;
+            let provider = plugin::source_provider(&uri.scheme).ok_or_else(|| {
+                Error::new(
+                    &codes::UNKNOWN_SCHEME,
+                    format!("no source plugin for `{}`", uri.scheme),
+                )
+            })?;
+            let source = provider.create(SourceContext {
+                asset: s.asset.clone(),
+                uri,
+                schema: contract.arrow_schema(),
+                contract: Some(contract),
+                root: opts.root.clone(),
+                mode: ExecutionMode::Streaming,
+                state_dir: Some(checkpoint.source_dir(n)),
+            })?;
+            let event_time = s
+                .watermark
+                .and(s.event_time.as_ref().map(|e| e.column.clone()));
+            if let (Some(_), Some(d)) = (&event_time, s.watermark) {
+                delays.insert(s.id.clone(), d.as_millis());
+            }
+            sources.push(SourceRt {
+                id: s.id.clone(),
+                asset: s.asset.clone(),
+                source,
+                limit: s.read_limit.clone().unwrap_or_default(),
+                position: None,
+                info: SourceInfo {
+                    event_time,
+                    delay_us: s.watermark.map(|d| d.as_micros()),
+                    late: s.late_events.clone(),
+                },
+            });
+        }
+        // Sinks.
+        let mut sinks = Vec::new();
+        for s in &plan.sinks {
+            let contract = plan.asset_contract(&s.asset)?;
+            let binding = plan.assets[&s.asset].binding.clone();
+            let uri = resolve_uri(&binding)?;
+            let provider = plugin::sink_provider(&uri.scheme).ok_or_else(|| {
+                Error::new(
+                    &codes::UNKNOWN_SCHEME,
+                    format!("no sink plugin for `{}`", uri.scheme),
+                )
+            })?;
+            let sink = provider.create(SinkContext {
+                asset: s.asset.clone(),
+                uri,
+                schema: contract.arrow_schema(),
+                contract: Some(contract.clone()),
+                root: opts.root.clone(),
+                mode: ExecutionMode::Streaming,
+                output_mode: s.output_mode,
+            })?;
+            sinks.push(SinkRt {
+                id: s.id.clone(),
+                input: s.input.clone(),
+                asset: s.asset.clone(),
+                sink,
+                output_mode: s.output_mode,
+                schema: contract.arrow_schema(),
+                description: etlantic_core::uri::redact(&binding),
+            });
+        }
+        let side_sinks: HashMap<String, usize> = sources
+            .iter()
+            .filter_map(|s| match &s.info.late {
+                LatePolicy::SideOutput { sink } => sinks
+                    .iter()
+                    .position(|k| &k.id == sink)
+                    .map(|i| (sink.clone(), i)),
+                _ => None,
+            })
+            .collect();
+
+        // Program.
+        let source_infos: HashMap<String, SourceInfo> = sources
+            .iter()
+            .map(|s| {
+                (
+                    s.id.clone(),
+                    SourceInfo {
+                        event_time: s.info.event_time.clone(),
+                        delay_us: s.info.delay_us,
+                        late: s.info.late.clone(),
+                    },
+                )
+            })
+            .collect();
+        let mut upstream: HashMap<String, Vec<String>> = sources
+            .iter()
+            .map(|s| (s.id.clone(), vec![s.id.clone()]))
+            .collect();
+        let mut node_schemas: HashMap<String, SchemaRef> = sources
+            .iter()
+            .map(|s| (s.id.clone(), s.source.schema()))
+            .collect();
+        let mut transforms = Vec::new();
+        for t in &plan.transforms {
+            let task = plan.step_task(&t.id)?;
+            let mut schemas: HashMap<String, SchemaRef> = HashMap::new();
+            let mut fed = Vec::new();
+            for (port, node) in &task.inputs {
+                schemas.insert(
+                    port.clone(),
+                    node_schemas.get(node).cloned().ok_or_else(|| {
+                        Error::new(&codes::PLAN_INVALID, format!("unknown node `{node}`"))
+                    })?,
+                );
+                fed.extend(upstream.get(node).cloned().unwrap_or_default());
+            }
+            let port_upstream: HashMap<String, Vec<String>> = task
+                .inputs
+                .iter()
+                .map(|(_, n)| (n.clone(), upstream.get(n).cloned().unwrap_or_default()))
+                .collect();
+            let unit = build_transform(&task, &port_upstream, &source_infos, &mut schemas)?;
+            let out_schema = match &unit.opaque {
+                Some(_) => etlantic_plan::plan::arrow_schema(&t.schema).into(),
+                None => schemas
+                    .get(&unit.output)
+                    .cloned()
+                    .ok_or_else(|| Error::new(&codes::PLAN_INVALID, "no output schema"))?,
+            };
+            node_schemas.insert(t.id.clone(), out_schema);
+            fed.sort();
+            fed.dedup();
+            upstream.insert(t.id.clone(), fed);
+            transforms.push(unit);
+        }
+
+        let watermark = WatermarkTracker::new(delays, plan.profile.watermark_policy);
+        let quarantine = {
+            let uri = resolve_uri(&plan.profile.quarantine)?;
+            let p = Path::new(&uri.location);
+            Some(if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                opts.root.join(p)
+            })
+        };
+        let mut q = StreamingQuery {
+            plan: plan.clone(),
+            checkpoint,
+            query_id: metadata.id,
+            run_id: uuid::Uuid::new_v4().to_string(),
+            sources,
+            sinks,
+            side_sinks,
+            transforms,
+            watermark,
+            prev_watermark_ms: 0,
+            next_batch: 0,
+            replay: None,
+            needs_no_data: false,
+            quarantine,
+            fail: fail_point(),
+            last_progress: None,
+            batches_run: 0,
+            opts,
+        };
+        q.recover()?;
+        Ok(q)
+    }
+
+    /// The stable query id.
+    pub fn id(&self) -> &str {
+        &self.query_id
+    }
+
+    /// This run's id.
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// The watermark in force for the next batch (epoch ms).
+    pub fn watermark_ms(&self) -> i64 {
+        self.watermark.current_ms()
+    }
+
+    /// The id the next micro-batch will get.
+    pub fn next_batch_id(&self) -> u64 {
+        self.next_batch
+    }
+
+    /// The last progress record.
+    pub fn last_progress(&self) -> Option<&Value> {
+        self.last_progress.as_ref()
+    }
+
+    fn has_watermarked_state(&self) -> bool {
+        self.transforms.iter().any(|t| {
+            t.units
+                .iter()
+                .any(|u| matches!(u, Unit::Stateful(s) if s.watermarked))
+        })
+    }
+
+    fn recover(&mut self) -> Result<()> {
+        let last_offsets = self.checkpoint.latest_offsets()?;
+        let last_commit = self.checkpoint.latest_commit()?;
+        let Some(n) = last_offsets else { return Ok(()) };
+        let committed = last_commit == Some(n);
+        // The batch whose state we restore: everything up to `base` is committed.
+        let base = if committed { Some(n) } else { n.checked_sub(1) };
+        if let Some(b) = base {
+            let commit = self.checkpoint.commit(b)?.ok_or_else(|| {
+                Error::from(Diagnostic::new(
+                    &codes::CHECKPOINT_CORRUPT,
+                    format!("commits/{b} is missing while offsets/{n} exists"),
+                ))
+            })?;
+            self.watermark.restore(
+                commit.next_batch_watermark_ms,
+                commit.max_event_time_ms.clone(),
+            );
+            let prev = self.checkpoint.offsets(b)?.ok_or_else(|| {
+                Error::from(Diagnostic::new(
+                    &codes::CHECKPOINT_CORRUPT,
+                    format!("offsets/{b} is missing"),
+                ))
+            })?;
+            self.prev_watermark_ms = prev.batch_watermark_ms;
+            for s in self.sources.iter_mut() {
+                s.position = prev
+                    .sources
+                    .get(&s.id)
+                    .and_then(|r| r.end.clone())
+                    .map(Offset);
+            }
+            let version = b + 1;
+            let cp = &self.checkpoint;
+            let mut restored = Vec::new();
+            for t in self.transforms.iter_mut() {
+                for u in t.units.iter_mut() {
+                    if let Unit::Stateful(s) = u {
+                        if let Some(state) = cp.read_state(&s.id, version)? {
+                            s.op.restore(&state)?;
+                            restored.push(s.id.clone());
+                        }
+                    }
+                }
+            }
+            let _ = restored;
+        }
+        if committed {
+            self.next_batch = n + 1;
+            // A committed data batch that advanced the watermark may still owe its
+            // no-data batch.
+            let entry = self.checkpoint.offsets(n)?.expect("exists");
+            self.needs_no_data = self.plan.profile.no_data_batches
+                && self.has_watermarked_state()
+                && self.watermark.current_ms() > entry.batch_watermark_ms;
+        } else {
+            self.next_batch = n;
+            self.replay = self.checkpoint.offsets(n)?;
+        }
+        Ok(())
+    }
+
+    /// Runs micro-batches until no source has new data and no no-data batch is owed
+    /// (Spark's `processAllAvailable`, and the available-now trigger).
+    pub async fn process_all_available(&mut self) -> Result<u64> {
+        let mut ran = 0;
+        while self.run_once().await? {
+            ran += 1;
+        }
+        Ok(ran)
+    }
+
+    /// Runs the query by its trigger until it finishes (available-now, once) or is stopped.
+    pub async fn run(&mut self) -> Result<()> {
+        match self.plan.profile.trigger.unwrap_or_default() {
+            Trigger::AvailableNow => {
+                self.process_all_available().await?;
+            }
+            Trigger::Once => {
+                self.run_once().await?;
+            }
+            Trigger::ProcessingTime(interval) | Trigger::Continuous(interval) => loop {
+                if self.opts.stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                if self.opts.max_batches.is_some_and(|m| self.batches_run >= m) {
+                    break;
+                }
+                let started = Instant::now();
+                self.run_once().await?;
+                let elapsed = started.elapsed();
+                if elapsed < interval.to_std() {
+                    let wait = interval.to_std() - elapsed;
+                    let stop = self.opts.stop.clone();
+                    let deadline = Instant::now() + wait;
+                    while Instant::now() < deadline && !stop.load(Ordering::SeqCst) {
+                        tokio::time::sleep(
+                            std::time::Duration::from_millis(20).min(deadline - Instant::now()),
+                        )
+                        .await;
+                    }
+                }
+            },
+        }
+        self.close().await
+    }
+
+    /// Closes sinks.
+    pub async fn close(&mut self) -> Result<()> {
+        for s in self.sinks.iter_mut() {
+            s.sink.close().await?;
+        }
+        Ok(())
+    }
+
+    /// Runs at most one micro-batch; returns whether one ran.
+    pub async fn run_once(&mut self) -> Result<bool> {
+        if let Some(entry) = self.replay.take() {
+            self.execute(entry, true).await?;
+            return Ok(true);
+        }
+        if self.needs_no_data {
+            self.needs_no_data = false;
+            let entry = self.entry("no_data", |s| {
+                (
+                    s.position.clone().map(|o| o.0),
+                    s.position.clone().map(|o| o.0),
+                )
+            });
+            self.execute(entry, false).await?;
+            return Ok(true);
+        }
+        // New data?
+        let started = Instant::now();
+        let mut ranges = BTreeMap::new();
+        let mut any = false;
+        for s in self.sources.iter_mut() {
+            let end = s
+                .source
+                .latest_offset(s.position.as_ref(), &s.limit)
+                .await?;
+            if end.is_some() && end != s.position {
+                any = true;
+            }
+            ranges.insert(
+                s.id.clone(),
+                SourceRange {
+                    start: s.position.clone().map(|o| o.0),
+                    end: end.map(|o| o.0),
+                },
+            );
+        }
+        if !any {
+            return Ok(false);
+        }
+        let _latest_ms = started.elapsed();
+        let entry = OffsetEntry {
+            batch_watermark_ms: self.watermark.current_ms(),
+            late_watermark_ms: self.prev_watermark_ms,
+            batch_timestamp_ms: Utc::now().timestamp_millis(),
+            kind: "data".into(),
+            sources: ranges,
+            conf: self.conf(),
+        };
+        self.execute(entry, false).await?;
+        Ok(true)
+    }
+
+    fn conf(&self) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            (
+                "watermarkPolicy".to_string(),
+                format!("{:?}", self.plan.profile.watermark_policy).to_lowercase(),
+            ),
+            (
+                "noDataMicroBatches".to_string(),
+                self.plan.profile.no_data_batches.to_string(),
+            ),
+            ("planFingerprint".to_string(), self.plan.fingerprint.clone()),
+        ])
+    }
+
+    fn entry(
+        &self,
+        kind: &str,
+        range: impl Fn(&SourceRt) -> (Option<Value>, Option<Value>),
+    ) -> OffsetEntry {
+        OffsetEntry {
+            batch_watermark_ms: self.watermark.current_ms(),
+            late_watermark_ms: self.prev_watermark_ms,
+            batch_timestamp_ms: Utc::now().timestamp_millis(),
+            kind: kind.into(),
+            sources: self
+                .sources
+                .iter()
+                .map(|s| {
+                    let (start, end) = range(s);
+                    (s.id.clone(), SourceRange { start, end })
+                })
+                .collect(),
+            conf: self.conf(),
+        }
+    }
+
+    fn maybe_fail(&self, point: FailPoint, batch: u64) {
+        if self.fail == Some((point, batch)) {
+            eprintln!("ETLANTIC_FAIL_POINT reached: {point:?} of batch {batch}; aborting");
+            std::process::abort();
+        }
+    }
+
+    async fn execute(&mut self, entry: OffsetEntry, replaying: bool) -> Result<()> {
+        let batch_id = self.next_batch;
+        let t_start = Instant::now();
+        let mut progress = ProgressBuilder::new(
+            &self.query_id,
+            &self.run_id,
+            &self.plan.pipeline,
+            batch_id,
+            &entry,
+        );
+        if !replaying {
+            self.checkpoint.write_offsets(batch_id, &entry)?;
+        }
+        progress.duration("walCommit", t_start.elapsed());
+        self.maybe_fail(super::query::FailPoint::AfterOffsets, batch_id);
+
+        // Read.
+        let t_read = Instant::now();
+        let mut stats = BatchStats::default();
+        let mut relations: HashMap<String, Table> = HashMap::new();
+        let mut rejected: Vec<RejectedRecord> = Vec::new();
+        let no_data = entry.kind == "no_data";
+        for s in self.sources.iter_mut() {
+            let range = entry.sources.get(&s.id).cloned().unwrap_or(SourceRange {
+                start: None,
+                end: None,
+            });
+            let schema = s.source.schema();
+            let table = match (&range.end, no_data) {
+                (Some(end), false) if range.start.as_ref() != Some(end) => {
+                    let start = range.start.clone().map(Offset);
+                    let b = s.source.read(start.as_ref(), &Offset(end.clone())).await?;
+                    rejected.extend(b.rejected);
+                    Table::new(schema, b.batches)
+                }
+                _ => Table::empty(schema),
+            };
+            let rows = table.num_rows() as u64;
+            stats.input_rows.insert(s.id.clone(), rows);
+            if let Some(col) = &s.info.event_time {
+                for b in &table.batches {
+                    if let Some(c) = b.column_by_name(col) {
+                        let t = super::operators::micros(c)?;
+                        for v in t.iter().flatten() {
+                            stats.event_min_us = Some(stats.event_min_us.map_or(v, |m| m.min(v)));
+                            stats.event_max_us = Some(stats.event_max_us.map_or(v, |m| m.max(v)));
+                            stats.event_sum += v as i128;
+                            stats.event_count += 1;
+                        }
+                        if let Some(max) = arrow::compute::max(&t) {
+                            self.watermark.observe(&s.id, max);
+                        }
+                    }
+                }
+            }
+            relations.insert(s.id.clone(), table);
+        }
+        progress.duration("getBatch", t_read.elapsed());
+        stats.rejected = rejected.len() as u64;
+        if !rejected.is_empty() {
+            self.quarantine(&rejected, batch_id)?;
+        }
+
+        // Transform.
+        let t_exec = Instant::now();
+        let ctx_base = OpContext {
+            late_watermark_us: entry.late_watermark_ms * 1000,
+            evict_watermark_us: entry.batch_watermark_ms * 1000,
+            has_watermark: false,
+            output_mode: OutputMode::Append,
+            accept_late: false,
+        };
+        let output_modes: HashMap<String, OutputMode> = self
+            .plan
+            .sinks
+            .iter()
+            .map(|s| (s.input.clone(), s.output_mode))
+            .collect();
+        let mut late_routes: Vec<(LatePolicy, RecordBatch, String)> = Vec::new();
+        let mut state_progress = Vec::new();
+        for t in self.transforms.iter_mut() {
+            let mut local: HashMap<String, Table> = HashMap::new();
+            for (port, node) in &t.inputs {
+                let table = relations.get(node).cloned().ok_or_else(|| {
+                    Error::new(
+                        &codes::PLAN_INVALID,
+                        format!("`{}` reads `{node}`, which nothing produced", t.id),
+                    )
+                })?;
+                local.insert(port.clone(), table);
+            }
+            if let Some(task) = &t.opaque {
+                let backend = plugin::backend("datafusion").expect("this crate registers it");
+                let inputs = t
+                    .inputs
+                    .keys()
+                    .map(|p| (p.clone(), local[p].clone()))
+                    .collect();
+                let mut out = backend
+                    .execute_batch(
+                        std::slice::from_ref(task),
+                        inputs,
+                        std::slice::from_ref(&task.id),
+                    )
+                    .await?;
+                relations.insert(
+                    t.id.clone(),
+                    out.swap_remove(&task.id).expect("requested output"),
+                );
+                continue;
+            }
+            let mode = output_modes.get(&t.id).copied().unwrap_or_default();
+            for unit in t.units.iter_mut() {
+                match unit {
+                    Unit::Stateless { steps, outputs } => {
+                        super::stateless::run_steps(steps, outputs, &mut local, &t.parameters)
+                            .await?;
+                    }
+                    Unit::Stateful(s) => {
+                        let input = local.get(&s.step.target).cloned().ok_or_else(|| {
+                            Error::new(
+                                &codes::PLAN_INVALID,
+                                format!("unknown relation `{}`", s.step.target),
+                            )
+                        })?;
+                        let prepared = prepare_input(&input, &s.prepare).await?;
+                        let ctx = OpContext {
+                            has_watermark: s.watermarked,
+                            output_mode: mode,
+                            accept_late: s.late_policy == LatePolicy::Accept,
+                            ..ctx_base
+                        };
+                        let t_op = Instant::now();
+                        let out = s.op.process(&prepared, &ctx)?;
+                        stats.late += out.late_count;
+                        if let Some(late) = out.late {
+                            late_routes.push((s.late_policy.clone(), late, s.sources.join(",")));
+                        }
+                        let m = s.op.metrics();
+                        state_progress.push(StateProgress {
+                            operator_name: s.op.name().to_string(),
+                            id: s.id.clone(),
+                            metrics: m,
+                            dropped_by_watermark: out.late_count,
+                            time_ms: t_op.elapsed().as_millis() as u64,
+                        });
+                        local.insert(
+                            s.step.id.clone(),
+                            Table::new(s.op.output_schema(), out.rows),
+                        );
+                    }
+                }
+            }
+            let output = local.remove(&t.output).ok_or_else(|| {
+                Error::new(
+                    &codes::PLAN_INVALID,
+                    format!("`{}` produced no `{}`", t.id, t.output),
+                )
+            })?;
+            relations.insert(t.id.clone(), output);
+        }
+        progress.duration("queryPlanning", std::time::Duration::ZERO);
+
+        // Late rows that the policy routes somewhere.
+        let mut side: HashMap<usize, Vec<RecordBatch>> = HashMap::new();
+        for (policy, late, sources) in late_routes {
+            match policy {
+                LatePolicy::Drop | LatePolicy::Accept => {}
+                LatePolicy::Quarantine => {
+                    let records = late_records(&late, &sources, entry.late_watermark_ms)?;
+                    self.quarantine(&records, batch_id)?;
+                }
+                LatePolicy::SideOutput { sink } => {
+                    if let Some(&i) = self.side_sinks.get(&sink) {
+                        side.entry(i).or_default().push(late);
+                    }
+                }
+            }
+        }
+
+        // Sinks.
+        let t_sink = Instant::now();
+        let mut sink_rows = 0u64;
+        let fail_after_first_sink = self.fail == Some((FailPoint::AfterSink, batch_id));
+        for (i, s) in self.sinks.iter_mut().enumerate() {
+            let table = match side.remove(&i) {
+                Some(batches) if self.side_sinks.values().any(|v| *v == i) => {
+                    let schema = batches[0].schema();
+                    Table::new(schema, batches)
+                }
+                _ => match relations.get(&s.input) {
+                    Some(t) => t.clone(),
+                    None if self.side_sinks.values().any(|v| *v == i) => {
+                        Table::empty(s.schema.clone())
+                    }
+                    None => {
+                        return Err(Error::new(
+                            &codes::PLAN_INVALID,
+                            format!(
+                                "sink `{}` reads `{}`, which nothing produced",
+                                s.id, s.input
+                            ),
+                        ))
+                    }
+                },
+            };
+            let table = table.conform_to(&s.schema)?;
+            let outcome = s
+                .sink
+                .write(SinkBatch {
+                    query_id: &self.query_id,
+                    batch_id,
+                    output_mode: s.output_mode,
+                    data: &table,
+                })
+                .await
+                .map_err(|e| {
+                    e.map_diagnostics(|d| {
+                        d.help(format!(
+                            "Batch {batch_id} is not committed; it runs again on restart."
+                        ))
+                    })
+                })?;
+            if let WriteOutcome::Written { rows } = outcome {
+                sink_rows += rows;
+            }
+            let _ = &s.asset;
+            if i == 0 && fail_after_first_sink {
+                eprintln!("ETLANTIC_FAIL_POINT reached: AfterSink of batch {batch_id}; aborting");
+                std::process::abort();
+            }
+        }
+        stats.output_rows = sink_rows;
+        progress.duration("addBatch", t_exec.elapsed());
+        let _ = t_sink;
+
+        // State, watermark, commit.
+        let t_commit = Instant::now();
+        let version = batch_id + 1;
+        let cp = &self.checkpoint;
+        for t in self.transforms.iter() {
+            for u in &t.units {
+                if let Unit::Stateful(s) = u {
+                    cp.write_state(&s.id, version, &s.op.snapshot()?)?;
+                }
+            }
+        }
+        self.maybe_fail(FailPoint::AfterState, batch_id);
+        let batch_watermark = entry.batch_watermark_ms;
+        let moved = self.watermark.advance();
+        self.checkpoint.write_commit(
+            batch_id,
+            &CommitEntry {
+                next_batch_watermark_ms: self.watermark.current_ms(),
+                max_event_time_ms: self.watermark.max_event_times().clone(),
+            },
+        )?;
+        progress.duration("commitOffsets", t_commit.elapsed());
+        self.maybe_fail(FailPoint::AfterCommit, batch_id);
+        for s in self.sources.iter_mut() {
+            if let Some(end) = entry.sources.get(&s.id).and_then(|r| r.end.clone()) {
+                let end = Offset(end);
+                s.source.commit(&end).await?;
+                s.position = Some(end);
+            }
+        }
+        self.prev_watermark_ms = batch_watermark;
+        self.next_batch = batch_id + 1;
+        self.batches_run += 1;
+        self.needs_no_data =
+            !no_data && moved && self.plan.profile.no_data_batches && self.has_watermarked_state();
+
+        // Progress.
+        progress.duration("triggerExecution", t_start.elapsed());
+        let sources_progress: Vec<SourceProgress> = self
+            .sources
+            .iter()
+            .map(|s| {
+                let r = entry.sources.get(&s.id);
+                SourceProgress {
+                    description: format!("{} ({})", s.id, s.asset),
+                    start_offset: r.and_then(|r| r.start.clone()),
+                    end_offset: r.and_then(|r| r.end.clone()),
+                    num_input_rows: stats.input_rows.get(&s.id).copied().unwrap_or(0),
+                }
+            })
+            .collect();
+        let value = progress.finish(
+            &stats_view(
+                &stats,
+                self.watermark.is_active().then_some(batch_watermark),
+            ),
+            sources_progress,
+            state_progress,
+            self.sinks
+                .iter()
+                .map(|s| s.description.clone())
+                .collect::<Vec<_>>()
+                .join(", "),
+            stats.output_rows,
+            self.opts.checkpoint.display().to_string(),
+            self.watermark
+                .is_active()
+                .then(|| self.watermark.current_ms()),
+        );
+        self.checkpoint.append_progress(&value)?;
+        if let Some(l) = &self.opts.on_progress {
+            l(&value);
+        }
+        self.last_progress = Some(value);
+        Ok(())
+    }
+
+    fn quarantine(&mut self, records: &[RejectedRecord], batch_id: u64) -> Result<()> {
+        if self.plan.profile.on_error == OnError::Fail {
+            let mut d = Diagnostics::new();
+            d.push(Diagnostic::new(
+                &codes::BAD_RECORDS_FAIL,
+                format!("{} record(s) broke their contract in batch {batch_id} and the policy is `fail`", records.len()),
+            ));
+            for r in records.iter().take(20) {
+                d.push(Diagnostic::new(
+                    codes::lookup(&r.code).unwrap_or(&codes::RECORD_UNPARSABLE),
+                    format!("{}: {}", r.position, r.reason),
+                ));
+            }
+            return Err(Error(d));
+        }
+        let Some(path) = &self.quarantine else {
+            return Ok(());
+        };
+        let mut w = etlantic_sinks::quarantine::QuarantineWriter::open(path)?;
+        w.write(&self.run_id, Some(batch_id), records).map(|_| ())
+    }
+}
+
+fn late_records(
+    late: &RecordBatch,
+    sources: &str,
+    watermark_ms: i64,
+) -> Result<Vec<RejectedRecord>> {
+    let mut buf = Vec::new();
+    {
+        let mut w = arrow::json::LineDelimitedWriter::new(&mut buf);
+        w.write(late).map_err(io)?;
+        w.finish().map_err(io)?;
+    }
+    let text = String::from_utf8_lossy(&buf);
+    Ok(text
+        .lines()
+        .map(|line| RejectedRecord {
+            code: codes::LATE_EVENT.code.to_string(),
+            reason: format!(
+                "late event: behind the watermark {}",
+                chrono::DateTime::from_timestamp_millis(watermark_ms)
+                    .map(|d| d.to_rfc3339())
+                    .unwrap_or_default()
+            ),
+            field: None,
+            position: SourcePosition {
+                asset: sources.to_string(),
+                ..Default::default()
+            },
+            raw: line.to_string(),
+        })
+        .collect())
+}
+
+fn stats_view(stats: &BatchStats, watermark_ms: Option<i64>) -> super::progress::BatchView {
+    super::progress::BatchView {
+        num_input_rows: stats.input_rows.values().sum(),
+        rejected: stats.rejected,
+        late: stats.late,
+        event_min_us: stats.event_min_us,
+        event_max_us: stats.event_max_us,
+        event_avg_us: (stats.event_count > 0)
+            .then(|| (stats.event_sum / stats.event_count as i128) as i64),
+        watermark_ms,
+    }
+}

@@ -1,0 +1,9 @@
+//! The Spark conformance runner: scenarios recorded from Apache Spark
+//! (`shared/conformance/spark/`, format in its FORMAT.md) run on the embedded streaming
+//! runtime, batch by batch, compared with Spark's outputs and watermarks.
+
+pub mod runner;
+pub mod scenario;
+pub mod to_pipeline;
+
+pub use runner::{run_dir, run_scenario, ScenarioOutcome};

@@ -1,0 +1,317 @@
+//! Running a PipelinePlan in batch mode: read every source, run the regions in order on
+//! their backends, write every sink, quarantine every bad record, report.
+//!
+//! The runner executes exactly the plan it is given — the run report carries the plan's
+//! fingerprint — and reconstructs everything it needs (contracts, DTCS plans) from the
+//! plan itself, so a saved plan runs without the original files.
+
+use chrono::{SecondsFormat, Utc};
+use etlantic_core::data::{RejectedRecord, Table};
+use etlantic_core::diagnostics::{codes, Diagnostic, Error, Result};
+use etlantic_core::plugin::{self, ReadLimit, SinkBatch, SinkContext, SourceContext, WriteOutcome};
+use etlantic_core::profile::{resolve_secrets, OnError, Profile};
+use etlantic_core::streaming::ExecutionMode;
+use etlantic_core::uri::BindingUri;
+use etlantic_plan::plan::PipelinePlan;
+use indexmap::IndexMap;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Counts for one source.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct SourceReport {
+    /// Source id.
+    pub id: String,
+    /// Records that passed the contract.
+    pub rows: u64,
+    /// Records quarantined.
+    pub rejected: u64,
+}
+
+/// Counts for one sink.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct SinkReport {
+    /// Sink id.
+    pub id: String,
+    /// Rows written.
+    pub rows: u64,
+}
+
+/// What a run did.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunReport {
+    /// Unique id of this run.
+    pub run_id: String,
+    /// Pipeline name.
+    pub pipeline: String,
+    /// Fingerprint of the plan that ran.
+    pub fingerprint: String,
+    /// Batch or streaming.
+    pub mode: ExecutionMode,
+    /// `succeeded` or `failed`.
+    pub status: String,
+    /// Start time (UTC, ISO-8601).
+    pub started_at: String,
+    /// Wall time in milliseconds.
+    pub duration_ms: u64,
+    /// Per-source counts.
+    pub sources: Vec<SourceReport>,
+    /// Per-sink counts.
+    pub sinks: Vec<SinkReport>,
+    /// Where rejected records went (relative to the project root).
+    pub quarantine: String,
+    /// Records quarantined in total.
+    pub quarantined: u64,
+    /// Errors, when the run failed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<Diagnostic>,
+}
+
+/// Everything a run needs besides the plan.
+#[derive(Clone, Debug)]
+pub struct RunContext {
+    /// Directory relative binding paths resolve against.
+    pub root: PathBuf,
+    /// The profile's secrets table, to resolve `${secret:...}` references (values come
+    /// from the environment at run time and are never written anywhere).
+    pub secrets_profile: Profile,
+}
+
+impl RunContext {
+    /// A context for the plan: secrets from the plan's profile references.
+    pub fn for_plan(plan: &PipelinePlan, root: impl Into<PathBuf>) -> Self {
+        let mut p = Profile::new(plan.profile.name.clone());
+        p.secrets = plan.profile.secrets.clone();
+        RunContext {
+            root: root.into(),
+            secrets_profile: p,
+        }
+    }
+
+    fn resolve_uri(&self, text: &str) -> Result<BindingUri> {
+        BindingUri::parse(&resolve_secrets(text, &self.secrets_profile)?)
+    }
+}
+
+fn quarantine_path(plan: &PipelinePlan, ctx: &RunContext) -> Result<(PathBuf, String)> {
+    let uri = ctx.resolve_uri(&plan.profile.quarantine)?;
+    let p = Path::new(&uri.location);
+    let abs = if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        ctx.root.join(p)
+    };
+    Ok((abs, uri.location.clone()))
+}
+
+/// A new run id.
+pub fn new_run_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+/// Runs a batch plan.
+pub async fn run_batch(plan: &PipelinePlan, ctx: &RunContext) -> RunReport {
+    let started = Instant::now();
+    let started_at = Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true);
+    let run_id = new_run_id();
+    let mut report = RunReport {
+        run_id: run_id.clone(),
+        pipeline: plan.pipeline.clone(),
+        fingerprint: plan.fingerprint.clone(),
+        mode: plan.profile.mode,
+        status: "succeeded".into(),
+        started_at,
+        duration_ms: 0,
+        sources: vec![],
+        sinks: vec![],
+        quarantine: String::new(),
+        quarantined: 0,
+        errors: vec![],
+    };
+    if let Err(e) = run_batch_inner(plan, ctx, &run_id, &mut report).await {
+        report.status = "failed".into();
+        report.errors = e.0 .0;
+    }
+    report.duration_ms = started.elapsed().as_millis() as u64;
+    report
+}
+
+async fn run_batch_inner(
+    plan: &PipelinePlan,
+    ctx: &RunContext,
+    run_id: &str,
+    report: &mut RunReport,
+) -> Result<()> {
+    if plan.profile.mode != ExecutionMode::Batch {
+        return Err(Error::new(
+            &codes::PLAN_INVALID,
+            "this plan is a streaming plan; run it with the streaming runtime",
+        ));
+    }
+    let (qpath, qdisplay) = quarantine_path(plan, ctx)?;
+    report.quarantine = qdisplay;
+    let mut quarantine: Option<etlantic_sinks::quarantine::QuarantineWriter> = None;
+    let mut relations: HashMap<String, Table> = HashMap::new();
+
+    // 1. Sources.
+    for s in &plan.sources {
+        let contract = plan.asset_contract(&s.asset)?;
+        let uri = ctx.resolve_uri(&plan.assets[&s.asset].binding)?;
+        let provider = plugin::source_provider(&uri.scheme).ok_or_else(|| {
+            Error::new(
+                &codes::UNKNOWN_SCHEME,
+                format!("no source plugin for `{}`", uri.scheme),
+            )
+        })?;
+        let mut source = provider.create(SourceContext {
+            asset: s.asset.clone(),
+            uri,
+            schema: contract.arrow_schema(),
+            contract: Some(contract.clone()),
+            root: ctx.root.clone(),
+            mode: ExecutionMode::Batch,
+            state_dir: None,
+        })?;
+        let limit = ReadLimit::unlimited();
+        let batch = match source.latest_offset(None, &limit).await? {
+            Some(end) => source.read(None, &end).await?,
+            None => Default::default(),
+        };
+        let rejected = batch.rejected.len() as u64;
+        report.sources.push(SourceReport {
+            id: s.id.clone(),
+            rows: batch.num_rows() as u64,
+            rejected,
+        });
+        if rejected > 0 {
+            handle_rejects(plan, &batch.rejected, &qpath, &mut quarantine, run_id)?;
+            report.quarantined += rejected;
+        }
+        relations.insert(s.id.clone(), Table::new(source.schema(), batch.batches));
+    }
+
+    // 2. Regions, in order.
+    for region in &plan.regions {
+        let backend = plugin::backend(&region.backend).ok_or_else(|| {
+            Error::new(
+                &codes::NO_BACKEND,
+                format!("backend `{}` is not linked", region.backend),
+            )
+        })?;
+        let steps = region
+            .steps
+            .iter()
+            .map(|id| plan.step_task(id))
+            .collect::<Result<Vec<_>>>()?;
+        let mut inputs = IndexMap::new();
+        for name in &region.inputs {
+            let t = relations.get(name).cloned().ok_or_else(|| {
+                Error::new(
+                    &codes::PLAN_INVALID,
+                    format!(
+                        "region {} reads `{name}`, which nothing produced",
+                        region.id
+                    ),
+                )
+            })?;
+            inputs.insert(name.clone(), t);
+        }
+        let outputs = backend
+            .execute_batch(&steps, inputs, &region.outputs)
+            .await?;
+        relations.extend(outputs);
+    }
+
+    // 3. Sinks.
+    for s in &plan.sinks {
+        let contract = plan.asset_contract(&s.asset)?;
+        let table = relations.get(&s.input).cloned().ok_or_else(|| {
+            Error::new(
+                &codes::PLAN_INVALID,
+                format!(
+                    "sink `{}` reads `{}`, which nothing produced",
+                    s.id, s.input
+                ),
+            )
+        })?;
+        let table = table.conform_to(&contract.arrow_schema())?;
+        let uri = ctx.resolve_uri(&plan.assets[&s.asset].binding)?;
+        let provider = plugin::sink_provider(&uri.scheme).ok_or_else(|| {
+            Error::new(
+                &codes::UNKNOWN_SCHEME,
+                format!("no sink plugin for `{}`", uri.scheme),
+            )
+        })?;
+        let mut sink = provider.create(SinkContext {
+            asset: s.asset.clone(),
+            uri,
+            schema: contract.arrow_schema(),
+            contract: Some(contract.clone()),
+            root: ctx.root.clone(),
+            mode: ExecutionMode::Batch,
+            output_mode: s.output_mode,
+        })?;
+        let rows = match sink
+            .write(SinkBatch {
+                query_id: &plan.fingerprint,
+                batch_id: 0,
+                output_mode: s.output_mode,
+                data: &table,
+            })
+            .await?
+        {
+            WriteOutcome::Written { rows } => rows,
+            WriteOutcome::AlreadyCommitted => 0,
+        };
+        sink.close().await?;
+        report.sinks.push(SinkReport {
+            id: s.id.clone(),
+            rows,
+        });
+    }
+    drop(quarantine);
+    Ok(())
+}
+
+fn handle_rejects(
+    plan: &PipelinePlan,
+    rejected: &[RejectedRecord],
+    path: &Path,
+    writer: &mut Option<etlantic_sinks::quarantine::QuarantineWriter>,
+    run_id: &str,
+) -> Result<()> {
+    if plan.profile.on_error == OnError::Fail {
+        let mut d = etlantic_core::Diagnostics::new();
+        d.push(Diagnostic::new(
+            &codes::BAD_RECORDS_FAIL,
+            format!(
+                "{} record(s) broke their contract and the policy is `fail`",
+                rejected.len()
+            ),
+        ));
+        for r in rejected.iter().take(20) {
+            let mut diag = Diagnostic::new(
+                codes::lookup(&r.code).unwrap_or(&codes::RECORD_UNPARSABLE),
+                format!("{}: {}", r.position, r.reason),
+            );
+            if let Some(f) = &r.position.file {
+                diag = diag.in_file(f.clone());
+            }
+            if let Some(l) = r.position.line {
+                diag = diag.on_line(l);
+            }
+            d.push(diag);
+        }
+        return Err(Error(d));
+    }
+    if writer.is_none() {
+        *writer = Some(etlantic_sinks::quarantine::QuarantineWriter::open(path)?);
+    }
+    writer
+        .as_mut()
+        .expect("opened")
+        .write(run_id, None, rejected)
+        .map(|_| ())
+}
