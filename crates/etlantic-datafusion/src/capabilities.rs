@@ -71,7 +71,7 @@ pub fn supported_functions() -> Vec<String> {
 /// micro-batch runtime will add them.
 pub fn capabilities() -> BackendCapabilities {
     BackendCapabilities {
-        region_kinds: vec![RegionKind::Batch],
+        region_kinds: vec![RegionKind::Batch, RegionKind::Streaming],
         dtcs_profiles: SUPPORTED_PROFILES.iter().map(|s| s.to_string()).collect(),
         actions: SUPPORTED_ACTIONS.iter().map(|s| s.to_string()).collect(),
         functions: supported_functions(),

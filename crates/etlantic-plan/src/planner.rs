@@ -789,6 +789,21 @@ impl<'a> Planner<'a> {
             )
         })?;
         crate::capability::check_step(backend, &t.id, &logic)?;
+        let kind = match self.p.profile.mode {
+            ExecutionMode::Batch => RegionKind::Batch,
+            ExecutionMode::Streaming => RegionKind::Streaming,
+        };
+        if !backend.capabilities().region_kinds.contains(&kind) {
+            return Err(Diagnostic::new(
+                &codes::NO_BACKEND,
+                format!(
+                    "backend `{}` does not run {kind:?} regions (`{}`)",
+                    backend.name(),
+                    t.id
+                ),
+            )
+            .into());
+        }
         let task = StepTask {
             id: t.id.clone(),
             inputs: t.inputs.keys().map(|p| (p.clone(), p.clone())).collect(),
@@ -922,6 +937,27 @@ impl<'a> Planner<'a> {
     fn capability(&mut self) {
         let pl = self.p.pipeline.clone();
         let mode = self.p.profile.mode;
+        if let (
+            ExecutionMode::Streaming,
+            Some(etlantic_core::streaming::Trigger::Continuous(interval)),
+        ) = (mode, self.p.profile.trigger)
+        {
+            let continuous = self
+                .backend_of
+                .values()
+                .all(|b| b.capabilities().continuous)
+                && !self.backend_of.is_empty();
+            if !continuous {
+                self.push(
+                    Diagnostic::new(
+                        &codes::CONTINUOUS_FALLBACK,
+                        format!("the continuous trigger is not supported here; falling back to `processing_time {interval}` micro-batches"),
+                    )
+                    .at("trigger")
+                    .in_file(self.p.profile_file.clone().unwrap_or_default()),
+                );
+            }
+        }
         for s in &pl.sources {
             let Some(uri) = self.bindings.get(&s.asset) else {
                 continue;

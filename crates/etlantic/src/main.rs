@@ -424,7 +424,47 @@ fn print_result(d: &Diagnostics, format: Format) {
 
 fn run_plan(p: &PipelinePlan, root: &Path, format: Format) -> i32 {
     let ctx = RunContext::for_plan(p, root);
-    let report = runtime().block_on(run_batch(p, &ctx));
+    let report = if p.profile.mode == etlantic_core::streaming::ExecutionMode::Streaming {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let human = matches!(format, Format::Human);
+        let on_progress: etlantic_datafusion::streaming::ProgressListener = std::sync::Arc::new(
+            move |v: &serde_json::Value| {
+                if human {
+                    let wm = v["eventTime"]["watermark"].as_str().unwrap_or("-");
+                    let state: u64 = v["stateOperators"]
+                        .as_array()
+                        .map(|a| a.iter().filter_map(|o| o["numRowsTotal"].as_u64()).sum())
+                        .unwrap_or(0);
+                    eprintln!(
+                    "batch {:>5} {:<7} in {:>6} rows  out {:>6} rows  quarantined {:>4}  late {:>4}  state {:>7} rows  watermark {wm}  {} ms",
+                    v["batchId"], v["kind"].as_str().unwrap_or(""), v["numInputRows"], v["sink"]["numOutputRows"],
+                    v["quarantinedRows"], v["lateRows"], state, v["batchDuration"]
+                );
+                } else {
+                    eprintln!("{v}");
+                }
+            },
+        );
+        let s = stop.clone();
+        let rt = runtime();
+        rt.spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!("stopping after the current micro-batch (Ctrl-C)");
+                s.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        });
+        rt.block_on(etlantic::run::run_streaming(
+            p,
+            &ctx,
+            etlantic::run::StreamingRun {
+                on_progress: Some(on_progress),
+                stop,
+                max_batches: None,
+            },
+        ))
+    } else {
+        runtime().block_on(run_batch(p, &ctx))
+    };
     match format {
         Format::Human => {
             println!(

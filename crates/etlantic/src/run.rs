@@ -315,3 +315,131 @@ fn handle_rejects(
         .write(run_id, None, rejected)
         .map(|_| ())
 }
+
+/// Options of a streaming run.
+pub struct StreamingRun {
+    /// Called with every progress record (e.g. to print it live).
+    pub on_progress: Option<etlantic_datafusion::streaming::ProgressListener>,
+    /// Set to stop a processing-time query after the current micro-batch.
+    pub stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Stop a processing-time query after this many micro-batches.
+    pub max_batches: Option<u64>,
+}
+
+/// Runs a streaming plan with its trigger until it finishes or is stopped. The checkpoint
+/// location comes from the profile (default `.etlantic/checkpoints/<pipeline>`).
+pub async fn run_streaming(plan: &PipelinePlan, ctx: &RunContext, run: StreamingRun) -> RunReport {
+    let started = Instant::now();
+    let started_at = Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true);
+    let mut report = RunReport {
+        run_id: String::new(),
+        pipeline: plan.pipeline.clone(),
+        fingerprint: plan.fingerprint.clone(),
+        mode: plan.profile.mode,
+        status: "succeeded".into(),
+        started_at,
+        duration_ms: 0,
+        sources: vec![],
+        sinks: vec![],
+        quarantine: String::new(),
+        quarantined: 0,
+        errors: vec![],
+    };
+    let totals = std::sync::Arc::new(std::sync::Mutex::new((
+        HashMap::<String, u64>::new(),
+        0u64,
+        0u64,
+    )));
+    let result: Result<()> = async {
+        let checkpoint = checkpoint_dir(plan, ctx)?;
+        let resolver_ctx = ctx.clone();
+        let t = totals.clone();
+        let user = run.on_progress.clone();
+        let listener: etlantic_datafusion::streaming::ProgressListener =
+            std::sync::Arc::new(move |p: &serde_json::Value| {
+                if let Ok(mut g) = t.lock() {
+                    for s in p["sources"].as_array().into_iter().flatten() {
+                        let id = s["description"]
+                            .as_str()
+                            .unwrap_or("")
+                            .split(' ')
+                            .next()
+                            .unwrap_or("")
+                            .to_string();
+                        *g.0.entry(id).or_default() += s["numInputRows"].as_u64().unwrap_or(0);
+                    }
+                    g.1 += p["sink"]["numOutputRows"].as_u64().unwrap_or(0);
+                    g.2 += p["quarantinedRows"].as_u64().unwrap_or(0);
+                }
+                if let Some(u) = &user {
+                    u(p);
+                }
+            });
+        let mut opts =
+            etlantic_datafusion::streaming::StreamingOptions::new(ctx.root.clone(), checkpoint);
+        opts.resolve =
+            std::sync::Arc::new(move |s| resolve_secrets(s, &resolver_ctx.secrets_profile));
+        opts.on_progress = Some(listener);
+        opts.stop = run.stop.clone();
+        opts.max_batches = run.max_batches;
+        let mut q = etlantic_datafusion::streaming::StreamingQuery::start(plan, opts).await?;
+        report.run_id = q.run_id().to_string();
+        q.run().await
+    }
+    .await;
+    if let Err(e) = result {
+        report.status = "failed".into();
+        report.errors = e.0 .0;
+    }
+    if let Ok(g) = totals.lock() {
+        report.sources = plan
+            .sources
+            .iter()
+            .map(|s| SourceReport {
+                id: s.id.clone(),
+                rows: g.0.get(&s.id).copied().unwrap_or(0),
+                rejected: 0,
+            })
+            .collect();
+        report.sinks = vec![SinkReport {
+            id: plan
+                .sinks
+                .iter()
+                .map(|s| s.id.as_str())
+                .collect::<Vec<_>>()
+                .join(","),
+            rows: g.1,
+        }];
+        report.quarantined = g.2;
+    }
+    if let Ok((_, q)) = quarantine_path(plan, ctx) {
+        report.quarantine = q;
+    }
+    report.duration_ms = started.elapsed().as_millis() as u64;
+    report
+}
+
+/// The checkpoint directory of a streaming plan.
+pub fn checkpoint_dir(plan: &PipelinePlan, ctx: &RunContext) -> Result<PathBuf> {
+    let text = plan
+        .profile
+        .checkpoint
+        .clone()
+        .unwrap_or_else(|| format!("file://.etlantic/checkpoints/{}", plan.pipeline));
+    let uri = ctx.resolve_uri(&text)?;
+    if uri.scheme != "file" {
+        return Err(Error::new(
+            &codes::BAD_URI,
+            format!(
+                "the checkpoint location must be a file:// URI, got `{}`",
+                uri.scheme
+            ),
+        ));
+    }
+    let p = Path::new(&uri.location);
+    Ok(if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        ctx.root.join(p)
+    })
+}
