@@ -28,6 +28,15 @@ enum Cmd {
     Demo,
     /// Regenerate docs/diagnostics.md from the code catalogue.
     Docs,
+    /// Run a benchmark: `clicks` (stream vs batch on 2M click events).
+    Bench {
+        /// Which benchmark.
+        #[arg(default_value = "clicks")]
+        name: String,
+        /// Measurements per engine.
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+    },
 }
 
 fn root() -> PathBuf {
@@ -35,6 +44,10 @@ fn root() -> PathBuf {
         .parent()
         .expect("xtask lives in the workspace")
         .to_path_buf()
+}
+
+fn home() -> PathBuf {
+    std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/root"))
 }
 
 fn cargo() -> String {
@@ -156,6 +169,29 @@ fn main() -> Result<()> {
             println!("\nout/customer_revenue.csv:\n{out}");
             let q = std::fs::read_to_string(demo.join("out/quarantine.jsonl")).unwrap_or_default();
             println!("out/quarantine.jsonl:\n{q}");
+        }
+        Cmd::Bench { name, runs } => {
+            ensure_protoc()?;
+            match name.as_str() {
+                "clicks" => {
+                    let data = root.join("scratch/bench");
+                    if !data.join("parquet").is_dir() {
+                        let venv = home().join(".cache/etlantic-bench-venv");
+                        let py = venv.join("bin/python");
+                        if !py.exists() {
+                            run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+                            run(Command::new(venv.join("bin/pip")).args(["install", "-q", "numpy", "pyarrow"]))?;
+                        }
+                        run(Command::new(&py)
+                            .arg(root.join("../shared/bench/gen_clicks.py"))
+                            .arg("--out")
+                            .arg(&data)
+                            .arg("--no-jsonl"))?;
+                    }
+                    run(Command::new(cargo()).current_dir(&root).args(["bench", "-p", "etlantic", "--bench", "clickstream", "--"]).arg("--data").arg(&data).arg("--runs").arg(runs.to_string()))?;
+                }
+                other => bail!("unknown benchmark `{other}` (known: clicks)"),
+            }
         }
         Cmd::Docs => {
             run(Command::new(cargo())
