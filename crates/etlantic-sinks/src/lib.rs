@@ -9,13 +9,14 @@
 //! | `file://` | [`files`] | `files` | yes | yes (a directory) | append, complete | idempotent by batch id |
 //! | `console://` | [`console`] | `console` | yes | yes | append, update, complete | plain append |
 //! | `memory://<name>` | [`memory`] | `memory` | yes | yes | append, update, complete | idempotent by batch id |
+//! | `foreach://<name>` | [`foreach`] | `foreach` | yes | yes | append, update, complete | plain append (a user callback) |
 //!
 //! [`quarantine::QuarantineWriter`] (always built) writes rejected records as JSON lines.
 //!
 //! Planned connectors and the features that will hold them: Delta Lake (`delta`, with
 //! the transaction app id/version for idempotence), Iceberg (`iceberg`, snapshot
 //! properties), Kafka (`kafka`, transactions) and SQL — PostgreSQL and SQLite — (`sql`,
-//! a progress row in the same transaction); a foreach-batch sink will join them.
+//! a progress row in the same transaction).
 //!
 //! Registration happens when the crate is linked into the final binary: a program or
 //! test that reaches the providers only through the registry
@@ -27,6 +28,8 @@
 pub mod console;
 #[cfg(feature = "files")]
 pub mod files;
+#[cfg(feature = "foreach")]
+pub mod foreach;
 #[allow(dead_code)]
 mod fsutil;
 #[cfg(feature = "memory")]
