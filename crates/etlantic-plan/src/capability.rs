@@ -1,5 +1,6 @@
 //! The capability phase for steps: a step is placed on a backend only if the backend
 //! declares every action and function the step uses. We fail closed instead of guessing.
+//! A function that is in no registry at all is reported as unknown (`ETL306`) instead.
 
 use etlantic_core::diagnostics::{codes, Diagnostic, Result};
 use etlantic_core::plugin::{Backend, StepLogic};
@@ -10,6 +11,28 @@ pub fn check_step(backend: &dyn Backend, step: &str, logic: &StepLogic) -> Resul
     match logic {
         StepLogic::Portable { plan, .. } => {
             let (actions, functions) = plan.decoded().registry_ids();
+            // A function no registry knows is a semantic error (ETL306), not a gap of
+            // this backend (ETL501).
+            let unknown: Vec<&String> = functions
+                .iter()
+                .filter(|f| !caps.supports_function(f))
+                .filter(|f| dtcs::registry::resolve_default(f).is_none())
+                .collect();
+            if !unknown.is_empty() {
+                return Err(Diagnostic::new(
+                    &codes::UNKNOWN_FUNCTION,
+                    format!(
+                        "`{step}` calls unknown function(s) {}: not in the DTCS function registry",
+                        unknown
+                            .iter()
+                            .map(|f| format!("`{f}`"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )
+                .at(format!("transforms[{step}]"))
+                .into());
+            }
             let missing: Vec<String> = actions
                 .iter()
                 .filter(|a| !caps.supports_action(a))

@@ -9,7 +9,8 @@
 //!
 //! The fingerprint is `sha256:` + hex SHA-256 of the canonical JSON of the plan without
 //! its `fingerprint` and `provenance` members (provenance records where contracts and
-//! plans were read from, which does not change what runs).
+//! plans were read from, which does not change what runs), and without the `file`/`line`
+//! of its warnings (which name the pipeline and profile files, provenance as well).
 
 use etlantic_core::canonical;
 use etlantic_core::diagnostics::{codes, Diagnostic, Diagnostics, Error, Result};
@@ -332,6 +333,15 @@ impl PipelinePlan {
         if let Some(m) = v.as_object_mut() {
             m.remove("fingerprint");
             m.remove("provenance");
+            // Where a warning points (the pipeline or profile file, as named on the
+            // command line) is provenance too: the same pipeline under another file
+            // name or profile path must plan to the same fingerprint.
+            if let Some(Value::Array(warnings)) = m.get_mut("warnings") {
+                for w in warnings.iter_mut().filter_map(Value::as_object_mut) {
+                    w.remove("file");
+                    w.remove("line");
+                }
+            }
         }
         canonical::fingerprint(&v)
     }

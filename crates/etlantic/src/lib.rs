@@ -26,6 +26,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod emit;
 pub mod generate;
 pub mod run;
 pub mod scaffold;

@@ -78,6 +78,10 @@ enum Command {
         /// Also write the plan to this file.
         #[arg(short, long)]
         out: Option<PathBuf>,
+        /// Also write the pipeline back as YAML, self-contained (inline contracts and
+        /// transform plans); planning it with the same profile gives the same plan.
+        #[arg(long, value_name = "FILE")]
+        emit_pipeline: Option<PathBuf>,
         /// Output format of diagnostics.
         #[arg(long, value_enum, default_value = "human")]
         format: Format,
@@ -242,6 +246,7 @@ fn main() {
         Command::Plan {
             target,
             out,
+            emit_pipeline,
             format,
         } => match load_and_plan(&target, format) {
             Ok((_, p)) => {
@@ -249,6 +254,16 @@ fn main() {
                 if let Some(out) = out {
                     if let Err(e) = std::fs::write(&out, &json) {
                         eprintln!("cannot write {}: {e}", out.display());
+                        std::process::exit(exit::EXECUTION_FAILED);
+                    }
+                }
+                if let Some(file) = emit_pipeline {
+                    let yaml = match etlantic::emit::pipeline_yaml(&p) {
+                        Ok(y) => y,
+                        Err(e) => std::process::exit(fail(&e, format)),
+                    };
+                    if let Err(e) = std::fs::write(&file, yaml) {
+                        eprintln!("cannot write {}: {e}", file.display());
                         std::process::exit(exit::EXECUTION_FAILED);
                     }
                 }

@@ -60,7 +60,8 @@ pub struct RunReport {
     pub sources: Vec<SourceReport>,
     /// Per-sink counts.
     pub sinks: Vec<SinkReport>,
-    /// Where rejected records went (relative to the project root).
+    /// Where rejected records went, as the plan names it (relative to the project root;
+    /// secret references stay unresolved).
     pub quarantine: String,
     /// Records quarantined in total.
     pub quarantined: u64,
@@ -95,6 +96,8 @@ impl RunContext {
     }
 }
 
+/// The quarantine file, and how reports name it: the location as the plan writes it,
+/// with secret references unresolved.
 fn quarantine_path(plan: &PipelinePlan, ctx: &RunContext) -> Result<(PathBuf, String)> {
     let uri = ctx.resolve_uri(&plan.profile.quarantine)?;
     let p = Path::new(&uri.location);
@@ -103,7 +106,65 @@ fn quarantine_path(plan: &PipelinePlan, ctx: &RunContext) -> Result<(PathBuf, St
     } else {
         ctx.root.join(p)
     };
-    Ok((abs, uri.location.clone()))
+    let display = BindingUri::parse(&plan.profile.quarantine)
+        .map(|u| u.location)
+        .unwrap_or_else(|_| uri.location.clone());
+    Ok((abs, display))
+}
+
+/// The resolved values of every secret a plan references, to be hidden from everything a
+/// run reports: a secret can end up in a path (`file://data/${env:TENANT}/orders.jsonl`)
+/// and from there in a record's position or an I/O error message.
+struct Scrubber(Vec<String>);
+
+impl Scrubber {
+    fn for_plan(plan: &PipelinePlan, ctx: &RunContext) -> Self {
+        let mut texts: Vec<&str> = plan.assets.values().map(|a| a.binding.as_str()).collect();
+        texts.push(&plan.profile.quarantine);
+        texts.extend(plan.profile.checkpoint.as_deref());
+        texts.extend(plan.profile.secrets.values().map(String::as_str));
+        let mut values: Vec<String> = Vec::new();
+        for text in texts {
+            let mut rest = text;
+            while let Some(start) = rest.find("${") {
+                let after = &rest[start..];
+                let Some(end) = after.find('}') else { break };
+                if let Ok(v) = resolve_secrets(&after[..=end], &ctx.secrets_profile) {
+                    if !v.is_empty() && !values.contains(&v) {
+                        values.push(v);
+                    }
+                }
+                rest = &after[end + 1..];
+            }
+        }
+        values.sort_by_key(|v| std::cmp::Reverse(v.len()));
+        Scrubber(values)
+    }
+
+    fn text(&self, s: &str) -> String {
+        let mut out = s.to_string();
+        for v in &self.0 {
+            if out.contains(v.as_str()) {
+                out = out.replace(v.as_str(), "***");
+            }
+        }
+        out
+    }
+
+    fn diagnostic(&self, mut d: Diagnostic) -> Diagnostic {
+        d.message = self.text(&d.message);
+        d.path = self.text(&d.path);
+        d.help = self.text(&d.help);
+        d.file = d.file.map(|f| self.text(&f));
+        d
+    }
+
+    /// The reason and position of a rejected record (the raw record is data, kept as read).
+    fn record(&self, mut r: RejectedRecord) -> RejectedRecord {
+        r.reason = self.text(&r.reason);
+        r.position.file = r.position.file.map(|f| self.text(&f));
+        r
+    }
 }
 
 /// A new run id.
@@ -130,9 +191,10 @@ pub async fn run_batch(plan: &PipelinePlan, ctx: &RunContext) -> RunReport {
         quarantined: 0,
         errors: vec![],
     };
-    if let Err(e) = run_batch_inner(plan, ctx, &run_id, &mut report).await {
+    let scrub = Scrubber::for_plan(plan, ctx);
+    if let Err(e) = run_batch_inner(plan, ctx, &run_id, &mut report, &scrub).await {
         report.status = "failed".into();
-        report.errors = e.0 .0;
+        report.errors = e.0 .0.into_iter().map(|d| scrub.diagnostic(d)).collect();
     }
     report.duration_ms = started.elapsed().as_millis() as u64;
     report
@@ -143,6 +205,7 @@ async fn run_batch_inner(
     ctx: &RunContext,
     run_id: &str,
     report: &mut RunReport,
+    scrub: &Scrubber,
 ) -> Result<()> {
     if plan.profile.mode != ExecutionMode::Batch {
         return Err(Error::new(
@@ -186,7 +249,12 @@ async fn run_batch_inner(
             rejected,
         });
         if rejected > 0 {
-            handle_rejects(plan, &batch.rejected, &qpath, &mut quarantine, run_id)?;
+            let records: Vec<RejectedRecord> = batch
+                .rejected
+                .iter()
+                .map(|r| scrub.record(r.clone()))
+                .collect();
+            handle_rejects(plan, &records, &qpath, &mut quarantine, run_id)?;
             report.quarantined += rejected;
         }
         relations.insert(s.id.clone(), Table::new(source.schema(), batch.batches));
@@ -388,8 +456,9 @@ pub async fn run_streaming(plan: &PipelinePlan, ctx: &RunContext, run: Streaming
     }
     .await;
     if let Err(e) = result {
+        let scrub = Scrubber::for_plan(plan, ctx);
         report.status = "failed".into();
-        report.errors = e.0 .0;
+        report.errors = e.0 .0.into_iter().map(|d| scrub.diagnostic(d)).collect();
     }
     if let Ok(g) = totals.lock() {
         report.sources = plan

@@ -19,6 +19,12 @@ pub fn yaml_error(e: &serde_yaml::Error, origin: &str) -> Error {
         &codes::YAML_SYNTAX
     };
     let mut d = Diagnostic::new(code, format!("{origin}: {msg}")).in_file(origin);
+    // serde_yaml prefixes errors below the root with their path: `sources[0]: unknown field`.
+    if let Some((path, _)) = msg.split_once(": ") {
+        if !path.is_empty() && !path.contains(char::is_whitespace) {
+            d = d.at(path);
+        }
+    }
     if let Some(loc) = e.location() {
         d = d.on_line(loc.line() as u64);
     }

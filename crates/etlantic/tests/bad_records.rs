@@ -1,0 +1,283 @@
+//! Records that break their contract: every one of them (not only the first) goes to the
+//! quarantine with its reason and source position, the good ones go on, and the run
+//! report counts both. With `on_error: fail` the run fails instead (ETL705, exit 4) and
+//! writes no sink output.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+
+/// JSON lines with good and bad records interleaved. Good rows (not cancelled):
+/// acme 10 + 20, globex 5; bad rows on lines 2, 4, 5, 7, 8, 10.
+const JSONL: &str = r#"{"order_id": 1, "customer": "acme", "amount": 10.0, "status": "paid"}
+{"order_id": 2, "customer": "acme", "amount": "ten", "status": "paid"}
+{"order_id": 3, "customer": "globex", "amount": 5.0, "status": "paid"}
+{"order_id": 4, "amount": 1.0, "status": "paid"}
+{"order_id": 5, "customer": "acme", "amount": 1.0, "status": "paid"
+{"order_id": 6, "customer": "acme", "amount": 20.0, "status": "shipped"}
+{"order_id": 0, "customer": "acme", "amount": 1.0, "status": "paid"}
+not json at all
+{"order_id": 9, "customer": "initech", "amount": 3.0, "status": "cancelled"}
+{"order_id": 10, "customer": "acme", "amount": null, "status": "paid"}
+"#;
+
+const EXPECTED: &str = "customer,orders,revenue\nacme,2,30.0\nglobex,1,5.0\n";
+
+fn project_with(data_rel: &str, data: &str, binding: &str) -> Project {
+    let p = Project::init();
+    p.write(data_rel, data);
+    p.edit("profiles/local.yaml", "file://data/orders.jsonl", binding);
+    p
+}
+
+#[track_caller]
+fn quarantined(p: &Project) -> Vec<Value> {
+    p.jsonl("out/quarantine.jsonl")
+}
+
+#[track_caller]
+fn check_report(r: &Run, read: u64, rejected: u64, written: u64) -> Value {
+    r.ok();
+    let report = r.stdout_json();
+    assert_eq!(report["status"], "succeeded", "{report:#}");
+    assert_eq!(report["sources"][0]["rows"], read, "{report:#}");
+    assert_eq!(report["sources"][0]["rejected"], rejected, "{report:#}");
+    assert_eq!(report["quarantined"], rejected, "{report:#}");
+    assert_eq!(report["sinks"][0]["rows"], written, "{report:#}");
+    report
+}
+
+#[test]
+fn every_bad_json_line_is_quarantined_with_reason_and_line() {
+    let p = project_with("data/orders.jsonl", JSONL, "file://data/orders.jsonl");
+    let r = p.run(&["run", "--format", "json"]);
+    check_report(&r, 4, 6, 2);
+    assert_eq!(p.read("out/customer_revenue.csv"), EXPECTED);
+
+    let q = quarantined(&p);
+    let got: Vec<(u64, &str)> = q
+        .iter()
+        .map(|r| {
+            (
+                r["position"]["line"].as_u64().unwrap(),
+                r["code"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (2, "ETL702"),  // wrong type
+            (4, "ETL703"),  // missing required field
+            (5, "ETL701"),  // unparsable (truncated) line
+            (7, "ETL704"),  // breaks `minimum: 1`
+            (8, "ETL701"),  // not JSON
+            (10, "ETL703"), // required field is null
+        ],
+        "{q:#?}"
+    );
+    for r in &q {
+        assert_eq!(r["position"]["file"], "data/orders.jsonl", "{r:#}");
+        assert_eq!(r["position"]["asset"], "orders");
+        assert!(!r["reason"].as_str().unwrap().is_empty(), "{r:#}");
+        assert!(r["raw"].is_string());
+    }
+    assert_eq!(q[0]["field"], "amount");
+    assert!(q[0]["reason"].as_str().unwrap().contains("ten"));
+    assert_eq!(q[1]["field"], "customer");
+    assert_eq!(q[3]["field"], "order_id");
+    assert_eq!(q[5]["field"], "amount");
+    assert!(q[2]["field"].is_null());
+}
+
+#[test]
+fn every_bad_csv_line_is_quarantined_with_its_line_counting_the_header() {
+    let csv = "order_id,customer,amount,status\n\
+               1,acme,10.0,paid\n\
+               2,acme,ten,paid\n\
+               3,globex,5.0,paid\n\
+               4,,1.0,paid\n\
+               5,acme,1.0\n\
+               6,acme,20.0,shipped\n\
+               x,acme,1.0,paid\n";
+    let p = project_with("data/orders.csv", csv, "file://data/orders.csv");
+    let r = p.run(&["run", "--format", "json"]);
+    check_report(&r, 3, 4, 2);
+    assert_eq!(p.read("out/customer_revenue.csv"), EXPECTED);
+    let q = quarantined(&p);
+    let lines: Vec<u64> = q
+        .iter()
+        .map(|r| r["position"]["line"].as_u64().unwrap())
+        .collect();
+    assert_eq!(lines, vec![3, 5, 6, 8], "{q:#?}");
+    assert_eq!(q[0]["code"], "ETL702");
+    assert_eq!(q[0]["field"], "amount");
+    assert_eq!(q[1]["code"], "ETL703");
+    assert_eq!(q[1]["field"], "customer");
+    assert_eq!(q[3]["code"], "ETL702");
+    assert_eq!(q[3]["field"], "order_id");
+    for r in &q {
+        assert_eq!(r["position"]["file"], "data/orders.csv");
+        assert!(!r["reason"].as_str().unwrap().is_empty());
+    }
+}
+
+/// A loose contract (nothing required, no bounds) to stage data into Parquet.
+const LOOSE: &str = r#"version: "1.0.0"
+apiVersion: "v3.1.0"
+kind: "DataContract"
+id: "orders_loose"
+name: "orders_loose"
+status: "active"
+schema:
+  - name: "orders"
+    logicalType: "object"
+    properties:
+      - {name: "order_id", logicalType: "integer"}
+      - {name: "customer", logicalType: "string"}
+      - {name: "amount", logicalType: "number"}
+      - {name: "status", logicalType: "string"}
+      - {name: "ordered_at", logicalType: "timestamp"}
+"#;
+
+#[test]
+fn every_bad_parquet_row_is_quarantined_with_its_row() {
+    let p = Project::init();
+    // Stage 1: write a Parquet file with `etlantic` itself, through a loose contract.
+    p.write("contracts/loose.odcs.yaml", LOOSE);
+    p.write(
+        "stage/pipeline.yaml",
+        "apiVersion: etlantic/v1\nkind: Pipeline\nname: stage\nassets:\n  raw: {contract: ../contracts/loose.odcs.yaml}\n  staged: {contract: ../contracts/loose.odcs.yaml}\nsources:\n  - {id: raw, asset: raw}\nsinks:\n  - {id: write, input: raw, asset: staged}\n",
+    );
+    p.write(
+        "stage/profiles/local.yaml",
+        "apiVersion: etlantic/v1\nkind: Profile\nname: stage\nbindings:\n  raw: file://raw.jsonl\n  staged: file://../data/orders.parquet\nquarantine: file://stage-quarantine.jsonl\n",
+    );
+    p.write(
+        "stage/raw.jsonl",
+        r#"{"order_id": 1, "customer": "acme", "amount": 10.0, "status": "paid"}
+{"order_id": 2, "customer": "acme", "amount": null, "status": "paid"}
+{"order_id": 3, "customer": "globex", "amount": 5.0, "status": "paid"}
+{"order_id": 0, "customer": "acme", "amount": 1.0, "status": "paid"}
+{"order_id": 6, "customer": "acme", "amount": 20.0, "status": "shipped"}
+{"order_id": 7, "customer": null, "amount": 1.0, "status": "paid"}
+"#,
+    );
+    let r = p.run(&["run", "stage/pipeline.yaml", "--format", "json"]);
+    r.ok();
+    assert_eq!(r.stdout_json()["sinks"][0]["rows"], 6);
+    assert!(p.exists("data/orders.parquet"));
+    assert!(!p.exists("stage/stage-quarantine.jsonl"));
+
+    // Stage 2: the example pipeline reads it with the strict contract.
+    p.edit(
+        "profiles/local.yaml",
+        "file://data/orders.jsonl",
+        "file://data/orders.parquet",
+    );
+    let r = p.run(&["run", "--format", "json"]);
+    check_report(&r, 3, 3, 2);
+    assert_eq!(p.read("out/customer_revenue.csv"), EXPECTED);
+    let q = quarantined(&p);
+    let got: Vec<(u64, &str, &str)> = q
+        .iter()
+        .map(|r| {
+            (
+                r["position"]["row"].as_u64().unwrap(),
+                r["code"].as_str().unwrap(),
+                r["field"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (1, "ETL703", "amount"),
+            (3, "ETL704", "order_id"),
+            (5, "ETL703", "customer"),
+        ],
+        "0-based rows: {q:#?}"
+    );
+    for r in &q {
+        assert_eq!(r["position"]["file"], "data/orders.parquet");
+        assert!(
+            r["position"]["line"].is_null(),
+            "Parquet has rows, not lines"
+        );
+        assert!(!r["reason"].as_str().unwrap().is_empty());
+    }
+}
+
+#[test]
+fn on_error_fail_stops_the_run_with_etl705_and_writes_nothing() {
+    let p = project_with("data/orders.jsonl", JSONL, "file://data/orders.jsonl");
+    p.edit(
+        "profiles/local.yaml",
+        "on_error: quarantine",
+        "on_error: fail",
+    );
+    p.run(&["validate"]).ok();
+    let r = p.run(&["run"]);
+    r.expect_code(exit::EXECUTION_FAILED);
+    assert!(r.stdout.contains("failed"), "{}", r.stdout);
+    assert!(r.stderr.contains("error[ETL705]"), "{}", r.stderr);
+    // Each bad record is named with its position.
+    for line in [":2", ":4", ":5", ":7", ":8", ":10"] {
+        assert!(
+            r.stderr.contains(&format!("data/orders.jsonl{line}")),
+            "{line} in {}",
+            r.stderr
+        );
+    }
+    assert!(!p.exists("out/customer_revenue.csv"), "no sink output");
+    assert!(!p.exists("out/quarantine.jsonl"), "nothing quarantined");
+
+    let r = p.run(&["run", "--format", "json"]);
+    r.expect_code(exit::EXECUTION_FAILED);
+    let report = r.stdout_json();
+    assert_eq!(report["status"], "failed");
+    assert_eq!(report["errors"][0]["code"], "ETL705");
+    assert_eq!(report["errors"][0]["phase"], "execution");
+    let codes: Vec<&str> = report["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["code"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        codes,
+        vec!["ETL705", "ETL702", "ETL703", "ETL701", "ETL704", "ETL701", "ETL703"]
+    );
+    assert_eq!(report["errors"][1]["line"], 2);
+    assert_eq!(report["errors"][1]["file"], "data/orders.jsonl");
+    assert!(report["sinks"].as_array().unwrap().is_empty(), "{report:#}");
+    assert!(!p.exists("out/customer_revenue.csv"));
+
+    // The same data with on_error: fail but no bad record runs fine.
+    p.write(
+        "data/orders.jsonl",
+        "{\"order_id\": 1, \"customer\": \"acme\", \"amount\": 10.0, \"status\": \"paid\"}\n",
+    );
+    p.run(&["run"]).ok();
+    assert_eq!(
+        p.read("out/customer_revenue.csv"),
+        "customer,orders,revenue\nacme,1,10.0\n"
+    );
+}
+
+#[test]
+fn a_file_of_only_bad_records_writes_an_empty_result() {
+    let p = project_with(
+        "data/orders.jsonl",
+        "nope\n{\"order_id\": \"x\"}\n",
+        "file://data/orders.jsonl",
+    );
+    let r = p.run(&["run", "--format", "json"]);
+    check_report(&r, 0, 2, 0);
+    assert_eq!(
+        p.read("out/customer_revenue.csv"),
+        "customer,orders,revenue\n"
+    );
+    assert_eq!(quarantined(&p).len(), 2);
+}
