@@ -47,7 +47,9 @@ fn root() -> PathBuf {
 }
 
 fn home() -> PathBuf {
-    std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/root"))
+    std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/root"))
 }
 
 fn cargo() -> String {
@@ -180,7 +182,8 @@ fn main() -> Result<()> {
                         let py = venv.join("bin/python");
                         if !py.exists() {
                             run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
-                            run(Command::new(venv.join("bin/pip")).args(["install", "-q", "numpy", "pyarrow"]))?;
+                            run(Command::new(venv.join("bin/pip"))
+                                .args(["install", "-q", "numpy", "pyarrow"]))?;
                         }
                         run(Command::new(&py)
                             .arg(root.join("../shared/bench/gen_clicks.py"))
@@ -188,7 +191,13 @@ fn main() -> Result<()> {
                             .arg(&data)
                             .arg("--no-jsonl"))?;
                     }
-                    run(Command::new(cargo()).current_dir(&root).args(["bench", "-p", "etlantic", "--bench", "clickstream", "--"]).arg("--data").arg(&data).arg("--runs").arg(runs.to_string()))?;
+                    run(Command::new(cargo())
+                        .current_dir(&root)
+                        .args(["bench", "-p", "etlantic", "--bench", "clickstream", "--"])
+                        .arg("--data")
+                        .arg(&data)
+                        .arg("--runs")
+                        .arg(runs.to_string()))?;
                 }
                 other => bail!("unknown benchmark `{other}` (known: clicks)"),
             }

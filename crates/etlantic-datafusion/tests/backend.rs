@@ -45,7 +45,10 @@ fn registered_with_batch_capabilities() {
     let b = etlantic_core::plugin::backend("datafusion").expect("registered");
     assert_eq!(b.name(), "datafusion");
     let caps = b.capabilities();
-    assert_eq!(caps.region_kinds, vec![RegionKind::Batch]);
+    assert_eq!(
+        caps.region_kinds,
+        vec![RegionKind::Batch, RegionKind::Streaming]
+    );
     assert_eq!(caps.sql_engines, vec!["datafusion".to_string()]);
     assert!(!caps.continuous);
     for a in [

@@ -8,9 +8,10 @@
 //!
 //! appended to the file (created with its parent directories) and flushed durably
 //! (`fsync`) before [`QuarantineWriter::write`] returns. `field` is `null` for a record
-//! that did not parse; `batch_id` is `null` in batch runs. A micro-batch replayed after a
-//! crash may quarantine its records again: the `run_id`/`batch_id` pair identifies
-//! duplicates.
+//! that did not parse; `batch_id` is `null` in batch runs. The streaming runtime adds its
+//! `query_id`, and when it replays a micro-batch after a crash it skips the records that
+//! the crashed attempt already wrote for that `(query_id, batch_id)`, so each record is
+//! quarantined once.
 
 use etlantic_core::data::RejectedRecord;
 use etlantic_core::diagnostics::{codes, Error, Result};
@@ -94,12 +95,23 @@ impl QuarantineWriter {
         batch_id: Option<u64>,
         records: &[RejectedRecord],
     ) -> Result<usize> {
-        if records.is_empty() {
+        let lines: Vec<Value> = records
+            .iter()
+            .map(|r| Self::to_json(r, run_id, batch_id))
+            .collect();
+        self.write_lines(&lines)
+    }
+
+    /// Appends lines built with [`QuarantineWriter::to_json`] (possibly with extra members,
+    /// e.g. the streaming runtime's `query_id`) and makes them durable; returns how many
+    /// were written.
+    pub fn write_lines(&mut self, lines: &[Value]) -> Result<usize> {
+        if lines.is_empty() {
             return Ok(0);
         }
         let mut buf = String::new();
-        for r in records {
-            buf.push_str(&Self::to_json(r, run_id, batch_id).to_string());
+        for l in lines {
+            buf.push_str(&l.to_string());
             buf.push('\n');
         }
         self.file
@@ -109,7 +121,7 @@ impl QuarantineWriter {
         self.file
             .sync_data()
             .map_err(|e| io("sync", &self.path, e))?;
-        Ok(records.len())
+        Ok(lines.len())
     }
 }
 

@@ -14,7 +14,9 @@ use etlantic::plan::{plan, Project};
 use etlantic_core::model::{Pipeline, SinkDef, SourceDef, TransformBuilder};
 use etlantic_core::plugin::ReadLimit;
 use etlantic_core::profile::Profile;
-use etlantic_core::streaming::{Duration, EventTime, ExecutionMode, LatePolicy, OutputMode, Trigger};
+use etlantic_core::streaming::{
+    Duration, EventTime, ExecutionMode, LatePolicy, OutputMode, Trigger,
+};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -29,9 +31,11 @@ fn peak_rss_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse::<f64>().ok()))
+            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .and_then(|v| v.parse::<f64>().ok())
+            })
         })
         .map(|kb| kb / 1024.0)
         .unwrap_or(f64::NAN)
@@ -105,28 +109,51 @@ async fn stream(data: &Path, work: &Path, max_files: usize) -> u64 {
     profile.mode = ExecutionMode::Streaming;
     profile.trigger = Some(Trigger::AvailableNow);
     profile.checkpoint = Some(format!("file://{}", work.join("checkpoint").display()));
-    profile.quarantine = Some(format!("file://{}", work.join("quarantine.jsonl").display()));
-    profile.bindings.insert("clicks".into(), format!("file://{}?format=parquet", data.display()));
-    profile.bindings.insert("counts".into(), format!("file://{}?format=parquet", work.join("out").display()));
+    profile.quarantine = Some(format!(
+        "file://{}",
+        work.join("quarantine.jsonl").display()
+    ));
+    profile.bindings.insert(
+        "clicks".into(),
+        format!("file://{}?format=parquet", data.display()),
+    );
+    profile.bindings.insert(
+        "counts".into(),
+        format!("file://{}?format=parquet", work.join("out").display()),
+    );
     let project = Project::from_parts(work, pipeline, profile);
-    let p = plan(&project).into_result().expect("the benchmark pipeline plans");
+    let p = plan(&project)
+        .into_result()
+        .expect("the benchmark pipeline plans");
     let ctx = etlantic::run::RunContext::for_plan(&p, work);
     let report = etlantic::run::run_streaming(
         &p,
         &ctx,
-        etlantic::run::StreamingRun { on_progress: None, stop: Default::default(), max_batches: None },
+        etlantic::run::StreamingRun {
+            on_progress: None,
+            stop: Default::default(),
+            max_batches: None,
+        },
     )
     .await;
     assert_eq!(report.status, "succeeded", "{:?}", report.errors);
-    etlantic_sinks::files::read_committed(work.join("out")).expect("output").iter().map(|b| b.num_rows() as u64).sum()
+    etlantic_sinks::files::read_committed(work.join("out"))
+        .expect("output")
+        .iter()
+        .map(|b| b.num_rows() as u64)
+        .sum()
 }
 
 async fn batch(data: &Path, work: &Path) -> u64 {
     use datafusion::prelude::*;
     let ctx = SessionContext::new();
-    ctx.register_parquet("clicks", data.to_str().expect("utf-8 path"), ParquetReadOptions::default())
-        .await
-        .expect("register");
+    ctx.register_parquet(
+        "clicks",
+        data.to_str().expect("utf-8 path"),
+        ParquetReadOptions::default(),
+    )
+    .await
+    .expect("register");
     let out = work.join("batch.parquet");
     let sql = format!(
         "COPY (SELECT date_bin(INTERVAL '1 minute', ts, TIMESTAMP '1970-01-01T00:00:00Z') AS window_start, \
@@ -135,14 +162,28 @@ async fn batch(data: &Path, work: &Path) -> u64 {
                FROM clicks GROUP BY 1, 2, 3) TO '{}' STORED AS PARQUET",
         out.display()
     );
-    let rows = ctx.sql(&sql).await.expect("sql").collect().await.expect("copy");
-    let written = rows[0].column(0).as_any().downcast_ref::<arrow::array::UInt64Array>().map(|a| a.value(0)).unwrap_or(0);
+    let rows = ctx
+        .sql(&sql)
+        .await
+        .expect("sql")
+        .collect()
+        .await
+        .expect("copy");
+    let written = rows[0]
+        .column(0)
+        .as_any()
+        .downcast_ref::<arrow::array::UInt64Array>()
+        .map(|a| a.value(0))
+        .unwrap_or(0);
     written
 }
 
 fn child(mode: &str, data: &Path, max_files: usize) {
     let work = tempfile::tempdir().expect("tempdir");
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     let started = Instant::now();
     let out_rows = match mode {
         "stream" => rt.block_on(stream(data, work.path(), max_files)),
@@ -150,21 +191,36 @@ fn child(mode: &str, data: &Path, max_files: usize) {
         other => panic!("unknown mode {other}"),
     };
     let secs = started.elapsed().as_secs_f64();
-    println!("{}", json!({"mode": mode, "seconds": secs, "output_rows": out_rows, "peak_rss_mb": peak_rss_mb()}));
+    println!(
+        "{}",
+        json!({"mode": mode, "seconds": secs, "output_rows": out_rows, "peak_rss_mb": peak_rss_mb()})
+    );
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let arg = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
+    let arg = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
     let data = PathBuf::from(arg("--data").unwrap_or_else(|| "scratch/bench/parquet".into()));
-    let data = if data.join("parquet").is_dir() { data.join("parquet") } else { data };
+    let data = if data.join("parquet").is_dir() {
+        data.join("parquet")
+    } else {
+        data
+    };
     let max_files: usize = arg("--max-files").and_then(|v| v.parse().ok()).unwrap_or(1);
     if let Some(mode) = arg("--child") {
         child(&mode, &data, max_files);
         return;
     }
     if !data.is_dir() {
-        eprintln!("no benchmark data at {} (run `cargo xtask bench clicks`)", data.display());
+        eprintln!(
+            "no benchmark data at {} (run `cargo xtask bench clicks`)",
+            data.display()
+        );
         std::process::exit(2);
     }
     let runs: usize = arg("--runs").and_then(|v| v.parse().ok()).unwrap_or(3);
@@ -174,26 +230,69 @@ fn main() {
     for _ in 0..runs {
         for mode in ["batch", "stream"] {
             let out = Command::new(&exe)
-                .args(["--child", mode, "--data", data.to_str().expect("utf-8"), "--max-files", &max_files.to_string()])
+                .args([
+                    "--child",
+                    mode,
+                    "--data",
+                    data.to_str().expect("utf-8"),
+                    "--max-files",
+                    &max_files.to_string(),
+                ])
                 .output()
                 .expect("child runs");
-            assert!(out.status.success(), "{mode}: {}", String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "{mode}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
             let line = String::from_utf8_lossy(&out.stdout);
-            let v: serde_json::Value = serde_json::from_str(line.lines().last().unwrap_or("{}")).expect("child prints JSON");
+            let v: serde_json::Value = serde_json::from_str(line.lines().last().unwrap_or("{}"))
+                .expect("child prints JSON");
             results.push(v);
         }
     }
     let median = |mode: &str, key: &str| {
-        let mut xs: Vec<f64> = results.iter().filter(|r| r["mode"] == mode).filter_map(|r| r[key].as_f64()).collect();
+        let mut xs: Vec<f64> = results
+            .iter()
+            .filter(|r| r["mode"] == mode)
+            .filter_map(|r| r[key].as_f64())
+            .collect();
         xs.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
         xs[xs.len() / 2]
     };
     let (bs, ss) = (median("batch", "seconds"), median("stream", "seconds"));
-    let (bm, sm) = (median("batch", "peak_rss_mb"), median("stream", "peak_rss_mb"));
-    let rows = |mode: &str| results.iter().find(|r| r["mode"] == mode).and_then(|r| r["output_rows"].as_u64()).unwrap_or(0);
-    println!("clickstream: {events} events, {} files per micro-batch, median of {runs} runs", max_files);
-    println!("  batch  (DataFusion SQL): {:>10.0} events/s  {:>7.3} s  peak {:>6.0} MB  {} windows", events as f64 / bs, bs, bm, rows("batch"));
-    println!("  stream (ETLantic):       {:>10.0} events/s  {:>7.3} s  peak {:>6.0} MB  {} windows", events as f64 / ss, ss, sm, rows("stream"));
+    let (bm, sm) = (
+        median("batch", "peak_rss_mb"),
+        median("stream", "peak_rss_mb"),
+    );
+    let rows = |mode: &str| {
+        results
+            .iter()
+            .find(|r| r["mode"] == mode)
+            .and_then(|r| r["output_rows"].as_u64())
+            .unwrap_or(0)
+    };
+    println!(
+        "clickstream: {events} events, {} files per micro-batch, median of {runs} runs",
+        max_files
+    );
+    println!(
+        "  batch  (DataFusion SQL): {:>10.0} events/s  {:>7.3} s  peak {:>6.0} MB  {} windows",
+        events as f64 / bs,
+        bs,
+        bm,
+        rows("batch")
+    );
+    println!(
+        "  stream (ETLantic):       {:>10.0} events/s  {:>7.3} s  peak {:>6.0} MB  {} windows",
+        events as f64 / ss,
+        ss,
+        sm,
+        rows("stream")
+    );
     println!("  stream/batch throughput ratio: {:.2}", bs / ss);
-    println!("{}", json!({"events": events, "batch": {"seconds": bs, "peak_rss_mb": bm}, "stream": {"seconds": ss, "peak_rss_mb": sm}, "ratio": bs / ss, "runs": results}));
+    println!(
+        "{}",
+        json!({"events": events, "batch": {"seconds": bs, "peak_rss_mb": bm}, "stream": {"seconds": ss, "peak_rss_mb": sm}, "ratio": bs / ss, "runs": results})
+    );
 }

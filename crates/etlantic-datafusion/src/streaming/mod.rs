@@ -18,5 +18,6 @@ pub mod stateless;
 pub mod watermark;
 
 pub use query::{
-    compatibility_fingerprint, FailPoint, ProgressListener, StreamingOptions, StreamingQuery,
+    compatibility_fingerprint, FailPoint, ProgressListener, SecretResolver, StreamingOptions,
+    StreamingQuery,
 };

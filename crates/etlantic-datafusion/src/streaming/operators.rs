@@ -7,8 +7,9 @@
 //! - a row is late for a window when `window_end <= watermark`; for dedup when
 //!   `event_time <= watermark`;
 //! - append mode emits a window once, when the watermark passes its end; update mode
-//!   emits the windows changed in the batch; complete mode emits the whole table and
-//!   never evicts;
+//!   emits the windows changed in the batch; complete mode emits the whole table,
+//!   never evicts, keeps late rows (except for session windows, which Spark filters in
+//!   every mode) and needs no no-data batches;
 //! - `null` is an ordinary group key; rows with a null event time are ignored by window
 //!   aggregations.
 //!
@@ -50,6 +51,9 @@ pub struct OpOutput {
     pub late: Option<RecordBatch>,
     /// Number of late input rows.
     pub late_count: u64,
+    /// Where the late rows are in the input: (index of the input batch, rows), so the
+    /// runtime can route the rows as they were before the operator's input preparation.
+    pub late_index: Vec<(usize, Vec<u32>)>,
 }
 
 /// State size metrics (Spark's `stateOperators[]`).
@@ -86,6 +90,11 @@ pub trait StatefulOperator: Send {
     fn restore(&mut self, state: &RecordBatch) -> Result<()>;
     /// State metrics of the last batch.
     fn metrics(&self) -> StateMetrics;
+    /// Whether a watermark advance calls for a no-data micro-batch in this output mode
+    /// (Spark's `shouldRunAnotherBatch`).
+    fn needs_no_data_batch(&self, _mode: OutputMode) -> bool {
+        true
+    }
 }
 
 fn engine(e: impl std::fmt::Display) -> Error {
@@ -273,6 +282,14 @@ impl AggregateOperator {
         if !ctx.has_watermark || ctx.accept_late {
             return false;
         }
+        // Spark filters late rows of a complete-mode aggregation only for session windows
+        // (in the session restore step); tumbling, sliding and plain aggregations keep
+        // them, as complete mode keeps every group anyway.
+        if ctx.output_mode == OutputMode::Complete
+            && !matches!(self.geometry(), Some(Geometry::Session(_)))
+        {
+            return false;
+        }
         match self.geometry() {
             Some(_) => end <= ctx.late_watermark_us,
             None => event_key.is_some_and(|k| k <= ctx.late_watermark_us),
@@ -353,7 +370,7 @@ impl StatefulOperator for AggregateOperator {
         let mut late_batches = Vec::new();
         let mut updated = 0u64;
         let mut windows = Vec::new();
-        for batch in input.iter().filter(|b| b.num_rows() > 0) {
+        for (batch_index, batch) in input.iter().enumerate().filter(|(_, b)| b.num_rows() > 0) {
             let key_cols = self.key_columns(batch)?;
             let rows = self.keys.convert_columns(&key_cols).map_err(engine)?;
             let args: Vec<Option<ArrayRef>> = (0..self.layout.aggregates.len())
@@ -428,6 +445,7 @@ impl StatefulOperator for AggregateOperator {
             }
             if !late_rows.is_empty() {
                 out.late_count += late_rows.len() as u64;
+                out.late_index.push((batch_index, late_rows.clone()));
                 let idx = UInt32Array::from(late_rows);
                 let cols = batch
                     .columns()
@@ -593,6 +611,11 @@ impl StatefulOperator for AggregateOperator {
     fn metrics(&self) -> StateMetrics {
         self.metrics
     }
+
+    /// Complete mode never evicts or emits on a watermark advance alone.
+    fn needs_no_data_batch(&self, mode: OutputMode) -> bool {
+        mode != OutputMode::Complete
+    }
 }
 
 impl AggregateOperator {
@@ -737,7 +760,7 @@ impl StatefulOperator for DedupOperator {
         let mut late_batches = Vec::new();
         let mut updated = 0;
         let before = self.seen.len() as u64;
-        for batch in input.iter().filter(|b| b.num_rows() > 0) {
+        for (batch_index, batch) in input.iter().enumerate().filter(|(_, b)| b.num_rows() > 0) {
             let cols: Vec<ArrayRef> = self
                 .keys
                 .iter()
@@ -786,6 +809,7 @@ impl StatefulOperator for DedupOperator {
             }
             if !late.is_empty() {
                 out.late_count += late.len() as u64;
+                out.late_index.push((batch_index, late.clone()));
                 let idx = UInt32Array::from(late);
                 let cols = batch
                     .columns()

@@ -48,7 +48,7 @@ pub enum Unit {
         outputs: Vec<String>,
     },
     /// One stateful step.
-    Stateful(StatefulUnit),
+    Stateful(Box<StatefulUnit>),
 }
 
 /// A transformation of the streaming region.
@@ -289,7 +289,7 @@ pub fn build_transform(
             }
         };
         schemas.insert(step.id.clone(), op.output_schema());
-        units.push(Unit::Stateful(StatefulUnit {
+        units.push(Unit::Stateful(Box::new(StatefulUnit {
             id: format!("{}.{}", task.id, step.id),
             step: step.clone(),
             op,
@@ -297,7 +297,7 @@ pub fn build_transform(
             late_policy,
             sources: fed,
             watermarked,
-        }));
+        })));
     }
     if !run.is_empty() {
         units.push(Unit::Stateless {
@@ -347,16 +347,36 @@ pub fn build_transform(
 }
 
 /// Evaluates the preparation of a stateful unit into the operator's input batches.
-pub async fn prepare_input(table: &Table, prepare: &[NamedExpr]) -> Result<Vec<RecordBatch>> {
+///
+/// Returns `(originals, prepared)`: `prepared[i]` holds the prepared rows of
+/// `originals[i]`, row for row, so that rows the operator singles out (late rows) can be
+/// routed as they were before the preparation.
+pub async fn prepare_input(
+    table: &Table,
+    prepare: &[NamedExpr],
+) -> Result<(Vec<RecordBatch>, Vec<RecordBatch>)> {
     if prepare.is_empty() {
-        return Ok(table.batches.clone());
+        return Ok((table.batches.clone(), table.batches.clone()));
     }
+    let engine = |e: arrow::error::ArrowError| Error::new(&codes::ENGINE_ERROR, e.to_string());
     // Plain columns are taken directly; anything else goes through DataFusion.
     let all_columns = prepare
         .iter()
         .all(|p| matches!(&p.expr, Expr::Column(c) if table.schema.field_with_name(c).is_ok()));
     if !all_columns {
-        return crate::streaming::stateless::project(table, prepare).await;
+        // One batch in, one batch out: the projection keeps the row order.
+        let original = table.concat().map_err(engine)?;
+        if original.num_rows() == 0 {
+            return Ok((vec![], vec![]));
+        }
+        let single = Table::new(table.schema.clone(), vec![original.clone()]);
+        let projected = crate::streaming::stateless::project(&single, prepare).await?;
+        let Some(first) = projected.first() else {
+            return Ok((vec![], vec![]));
+        };
+        let prepared =
+            arrow::compute::concat_batches(&first.schema(), &projected).map_err(engine)?;
+        return Ok((vec![original], vec![prepared]));
     }
     let fields: Vec<Field> = prepare
         .iter()
@@ -371,7 +391,7 @@ pub async fn prepare_input(table: &Table, prepare: &[NamedExpr]) -> Result<Vec<R
         })
         .collect();
     let schema = Arc::new(Schema::new(fields));
-    table
+    let prepared = table
         .batches
         .iter()
         .map(|b| {
@@ -382,8 +402,39 @@ pub async fn prepare_input(table: &Table, prepare: &[NamedExpr]) -> Result<Vec<R
                     _ => unreachable!(),
                 })
                 .collect();
-            RecordBatch::try_new(schema.clone(), cols)
-                .map_err(|e| Error::new(&codes::ENGINE_ERROR, e.to_string()))
+            RecordBatch::try_new(schema.clone(), cols).map_err(engine)
         })
-        .collect()
+        .collect::<Result<Vec<_>>>()?;
+    Ok((table.batches.clone(), prepared))
+}
+
+/// The rows of `batches` at `index` ((batch, rows) pairs), as one batch.
+pub fn gather_rows(
+    batches: &[RecordBatch],
+    index: &[(usize, Vec<u32>)],
+) -> Result<Option<RecordBatch>> {
+    let engine = |e: arrow::error::ArrowError| Error::new(&codes::ENGINE_ERROR, e.to_string());
+    let mut parts = Vec::with_capacity(index.len());
+    for (b, rows) in index {
+        let batch = batches.get(*b).ok_or_else(|| {
+            Error::new(
+                &codes::ENGINE_ERROR,
+                format!("late rows refer to input batch {b} of {}", batches.len()),
+            )
+        })?;
+        let idx = arrow::array::UInt32Array::from(rows.clone());
+        let cols = batch
+            .columns()
+            .iter()
+            .map(|c| arrow::compute::take(c, &idx, None))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(engine)?;
+        parts.push(RecordBatch::try_new(batch.schema(), cols).map_err(engine)?);
+    }
+    match parts.first() {
+        None => Ok(None),
+        Some(first) => Ok(Some(
+            arrow::compute::concat_batches(&first.schema(), &parts).map_err(engine)?,
+        )),
+    }
 }

@@ -21,7 +21,9 @@
 
 use super::checkpoint::{Checkpoint, CommitEntry, Metadata, OffsetEntry, SourceRange};
 use super::operators::OpContext;
-use super::program::{build_transform, prepare_input, SourceInfo, TransformUnit, Unit};
+use super::program::{
+    build_transform, gather_rows, prepare_input, SourceInfo, TransformUnit, Unit,
+};
 use super::progress::{ProgressBuilder, SourceProgress, StateProgress};
 use super::watermark::WatermarkTracker;
 use arrow::array::RecordBatch;
@@ -47,6 +49,9 @@ use std::time::Instant;
 /// Receives every progress record.
 pub type ProgressListener = Arc<dyn Fn(&Value) + Send + Sync>;
 
+/// Resolves `${...}` secret references in binding URIs.
+pub type SecretResolver = Arc<dyn Fn(&str) -> Result<String> + Send + Sync>;
+
 /// How a streaming query runs.
 #[derive(Clone)]
 pub struct StreamingOptions {
@@ -55,7 +60,7 @@ pub struct StreamingOptions {
     /// The checkpoint directory.
     pub checkpoint: PathBuf,
     /// Resolves `${...}` secret references in binding URIs.
-    pub resolve: Arc<dyn Fn(&str) -> Result<String> + Send + Sync>,
+    pub resolve: SecretResolver,
     /// Called with each progress record.
     pub on_progress: Option<ProgressListener>,
     /// Stop the processing-time loop when set.
@@ -159,6 +164,8 @@ pub struct StreamingQuery {
     fail: Option<(FailPoint, u64)>,
     last_progress: Option<Value>,
     batches_run: u64,
+    /// A micro-batch that failed half-way (the query must be restarted).
+    failed_batch: Option<u64>,
 }
 
 fn io(e: impl std::fmt::Display) -> Error {
@@ -390,6 +397,7 @@ impl StreamingQuery {
             fail: fail_point(),
             last_progress: None,
             batches_run: 0,
+            failed_batch: None,
             opts,
         };
         q.recover()?;
@@ -421,11 +429,21 @@ impl StreamingQuery {
         self.last_progress.as_ref()
     }
 
+    /// Whether a watermark advance calls for a no-data batch: some watermarked stateful
+    /// operator evicts or emits on it in its output mode (complete-mode aggregations do
+    /// not, as in Spark).
     fn has_watermarked_state(&self) -> bool {
         self.transforms.iter().any(|t| {
-            t.units
+            let mode = self
+                .plan
+                .sinks
                 .iter()
-                .any(|u| matches!(u, Unit::Stateful(s) if s.watermarked))
+                .rfind(|s| s.input == t.id)
+                .map(|s| s.output_mode)
+                .unwrap_or_default();
+            t.units.iter().any(
+                |u| matches!(u, Unit::Stateful(s) if s.watermarked && s.op.needs_no_data_batch(mode)),
+            )
         })
     }
 
@@ -508,7 +526,9 @@ impl StreamingQuery {
                 self.process_all_available().await?;
             }
             Trigger::Once => {
-                self.run_once().await?;
+                // One micro-batch with everything available: like Spark's Trigger.Once,
+                // read limits do not apply (available-now is the trigger that keeps them).
+                self.run_batch(true).await?;
             }
             Trigger::ProcessingTime(interval) | Trigger::Continuous(interval) => loop {
                 if self.opts.stop.load(Ordering::SeqCst) {
@@ -546,6 +566,20 @@ impl StreamingQuery {
 
     /// Runs at most one micro-batch; returns whether one ran.
     pub async fn run_once(&mut self) -> Result<bool> {
+        self.run_batch(false).await
+    }
+
+    /// Runs at most one micro-batch, reading up to the sources' read limits or, with
+    /// `ignore_limits`, everything available; returns whether one ran.
+    async fn run_batch(&mut self, ignore_limits: bool) -> Result<bool> {
+        if let Some(batch) = self.failed_batch {
+            return Err(Diagnostic::new(
+                &codes::ENGINE_ERROR,
+                format!("micro-batch {batch} failed; this query cannot run further batches"),
+            )
+            .help("Start the query again: it re-runs the uncommitted batch from the checkpoint.")
+            .into());
+        }
         if let Some(entry) = self.replay.take() {
             self.execute(entry, true).await?;
             return Ok(true);
@@ -565,11 +599,10 @@ impl StreamingQuery {
         let started = Instant::now();
         let mut ranges = BTreeMap::new();
         let mut any = false;
+        let unlimited = ReadLimit::unlimited();
         for s in self.sources.iter_mut() {
-            let end = s
-                .source
-                .latest_offset(s.position.as_ref(), &s.limit)
-                .await?;
+            let limit = if ignore_limits { &unlimited } else { &s.limit };
+            let end = s.source.latest_offset(s.position.as_ref(), limit).await?;
             if end.is_some() && end != s.position {
                 any = true;
             }
@@ -640,7 +673,19 @@ impl StreamingQuery {
         }
     }
 
+    /// Runs one micro-batch. A failure leaves the operators' in-memory state (and the
+    /// watermark tracker) holding part of the batch, so the query refuses to go on; a
+    /// restart re-runs the batch from the checkpoint.
     async fn execute(&mut self, entry: OffsetEntry, replaying: bool) -> Result<()> {
+        let batch_id = self.next_batch;
+        let result = self.execute_inner(entry, replaying).await;
+        if result.is_err() {
+            self.failed_batch = Some(batch_id);
+        }
+        result
+    }
+
+    async fn execute_inner(&mut self, entry: OffsetEntry, replaying: bool) -> Result<()> {
         let batch_id = self.next_batch;
         let t_start = Instant::now();
         let mut progress = ProgressBuilder::new(
@@ -699,8 +744,15 @@ impl StreamingQuery {
         }
         progress.duration("getBatch", t_read.elapsed());
         stats.rejected = rejected.len() as u64;
+        // A replayed batch may have quarantined records before the crash: those are not
+        // written twice.
+        let mut already_quarantined = if replaying {
+            self.quarantined_by_batch(batch_id)?
+        } else {
+            HashMap::new()
+        };
         if !rejected.is_empty() {
-            self.quarantine(&rejected, batch_id)?;
+            self.quarantine(&rejected, batch_id, &mut already_quarantined)?;
         }
 
         // Transform.
@@ -765,7 +817,7 @@ impl StreamingQuery {
                                 format!("unknown relation `{}`", s.step.target),
                             )
                         })?;
-                        let prepared = prepare_input(&input, &s.prepare).await?;
+                        let (originals, prepared) = prepare_input(&input, &s.prepare).await?;
                         let ctx = OpContext {
                             has_watermark: s.watermarked,
                             output_mode: mode,
@@ -775,7 +827,14 @@ impl StreamingQuery {
                         let t_op = Instant::now();
                         let out = s.op.process(&prepared, &ctx)?;
                         stats.late += out.late_count;
-                        if let Some(late) = out.late {
+                        // Late rows are routed as they entered the step, not as the
+                        // operator's prepared input (keys, `__arg*`, `__time`).
+                        let late = if s.prepare.is_empty() {
+                            out.late
+                        } else {
+                            gather_rows(&originals, &out.late_index)?
+                        };
+                        if let Some(late) = late {
                             late_routes.push((s.late_policy.clone(), late, s.sources.join(",")));
                         }
                         let m = s.op.metrics();
@@ -810,7 +869,7 @@ impl StreamingQuery {
                 LatePolicy::Drop | LatePolicy::Accept => {}
                 LatePolicy::Quarantine => {
                     let records = late_records(&late, &sources, entry.late_watermark_ms)?;
-                    self.quarantine(&records, batch_id)?;
+                    self.quarantine(&records, batch_id, &mut already_quarantined)?;
                 }
                 LatePolicy::SideOutput { sink } => {
                     if let Some(&i) = self.side_sinks.get(&sink) {
@@ -825,16 +884,16 @@ impl StreamingQuery {
         let mut sink_rows = 0u64;
         let fail_after_first_sink = self.fail == Some((FailPoint::AfterSink, batch_id));
         for (i, s) in self.sinks.iter_mut().enumerate() {
+            let is_side = self.side_sinks.values().any(|v| *v == i);
             let table = match side.remove(&i) {
-                Some(batches) if self.side_sinks.values().any(|v| *v == i) => {
+                Some(batches) if is_side => {
                     let schema = batches[0].schema();
                     Table::new(schema, batches)
                 }
+                // A side output receives the late rows only (none in this batch).
+                _ if is_side => Table::empty(s.schema.clone()),
                 _ => match relations.get(&s.input) {
                     Some(t) => t.clone(),
-                    None if self.side_sinks.values().any(|v| *v == i) => {
-                        Table::empty(s.schema.clone())
-                    }
                     None => {
                         return Err(Error::new(
                             &codes::PLAN_INVALID,
@@ -953,8 +1012,45 @@ impl StreamingQuery {
         Ok(())
     }
 
-    fn quarantine(&mut self, records: &[RejectedRecord], batch_id: u64) -> Result<()> {
-        if self.plan.profile.on_error == OnError::Fail {
+    /// Identifies a quarantined record of a batch: its code, reason, field, position and
+    /// raw text (run ids differ between attempts).
+    fn quarantine_key(line: &Value) -> String {
+        json!([
+            line["code"],
+            line["reason"],
+            line["field"],
+            line["position"],
+            line["raw"]
+        ])
+        .to_string()
+    }
+
+    /// What this query already quarantined for `batch_id` (key → count).
+    fn quarantined_by_batch(&self, batch_id: u64) -> Result<HashMap<String, usize>> {
+        let mut out = HashMap::new();
+        let Some(path) = self.quarantine.as_ref().filter(|p| p.exists()) else {
+            return Ok(out);
+        };
+        for line in etlantic_sinks::quarantine::read_quarantine(path)? {
+            if line["query_id"].as_str() == Some(self.query_id.as_str())
+                && line["batch_id"].as_u64() == Some(batch_id)
+            {
+                *out.entry(Self::quarantine_key(&line)).or_insert(0) += 1;
+            }
+        }
+        Ok(out)
+    }
+
+    fn quarantine(
+        &mut self,
+        records: &[RejectedRecord],
+        batch_id: u64,
+        already: &mut HashMap<String, usize>,
+    ) -> Result<()> {
+        // `on_error: fail` is about records that break their contract; late events go to
+        // the quarantine because their own policy says so.
+        let contract_breaks = records.iter().any(|r| r.code != codes::LATE_EVENT.code);
+        if contract_breaks && self.plan.profile.on_error == OnError::Fail {
             let mut d = Diagnostics::new();
             d.push(Diagnostic::new(
                 &codes::BAD_RECORDS_FAIL,
@@ -971,8 +1067,21 @@ impl StreamingQuery {
         let Some(path) = &self.quarantine else {
             return Ok(());
         };
+        let mut lines = Vec::with_capacity(records.len());
+        for r in records {
+            let mut line = etlantic_sinks::quarantine::QuarantineWriter::to_json(
+                r,
+                &self.run_id,
+                Some(batch_id),
+            );
+            line["query_id"] = json!(self.query_id);
+            match already.get_mut(&Self::quarantine_key(&line)) {
+                Some(n) if *n > 0 => *n -= 1,
+                _ => lines.push(line),
+            }
+        }
         let mut w = etlantic_sinks::quarantine::QuarantineWriter::open(path)?;
-        w.write(&self.run_id, Some(batch_id), records).map(|_| ())
+        w.write_lines(&lines).map(|_| ())
     }
 }
 

@@ -1,0 +1,487 @@
+//! Checkpoint recovery by killing the real `etlantic` process at every step of the batch
+//! protocol (`ETLANTIC_FAIL_POINT=<point>:<batch id>` makes it `abort()`), restarting it,
+//! and comparing the committed sink output and the quarantine with an uninterrupted run.
+//!
+//! The pipeline: a directory of JSON-lines click events (one file per micro-batch via
+//! `read_limit: {max_files: 1}`), event time with a 10 s watermark, late events
+//! quarantined, a 1-minute tumbling count per campaign in append mode, a file sink
+//! directory. Every data batch moves the watermark, so micro-batches alternate data /
+//! no-data: 0 d, 1 nd, 2 d, ..., 10 d (the last file), 11 nd.
+
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const PIPELINE: &str = r#"apiVersion: etlantic/v1
+kind: Pipeline
+name: click_counts
+assets:
+  clicks:
+    contract: contracts/clicks.yaml
+  counts:
+    contract: contracts/counts.yaml
+sources:
+  - id: clicks
+    asset: clicks
+    event_time: {column: ts}
+    watermark: 10 seconds
+    late_events: {policy: quarantine}
+    read_limit: {max_files: 1}
+transforms:
+  - id: per_minute
+    inputs:
+      clicks: clicks
+    steps:
+      - window_aggregate:
+          window: {type: tumbling, column: ts, size: 1 minute}
+          group_by: [campaign]
+          aggregates: {n: "count_all()"}
+sinks:
+  - id: write_counts
+    input: per_minute
+    asset: counts
+    output_mode: append
+"#;
+
+const PROFILE: &str = r#"apiVersion: etlantic/v1
+kind: Profile
+name: local
+mode: streaming
+trigger: available_now
+checkpoint: file://chk
+bindings:
+  clicks: file://in?format=jsonl
+  counts: file://out/counts/?format=jsonl
+quarantine: file://out/quarantine.jsonl
+"#;
+
+const CLICKS: &str = r#"version: "1.0.0"
+apiVersion: "v3.1.0"
+kind: "DataContract"
+id: "clicks"
+name: "clicks"
+status: "active"
+schema:
+  - name: "clicks"
+    logicalType: "object"
+    properties:
+      - name: "ts"
+        logicalType: "timestamp"
+        required: true
+      - name: "campaign"
+        logicalType: "string"
+        required: true
+      - name: "user"
+        logicalType: "string"
+"#;
+
+const COUNTS: &str = r#"version: "1.0.0"
+apiVersion: "v3.1.0"
+kind: "DataContract"
+id: "counts"
+name: "counts"
+status: "active"
+schema:
+  - name: "counts"
+    logicalType: "object"
+    properties:
+      - name: "window_start"
+        logicalType: "timestamp"
+      - name: "window_end"
+        logicalType: "timestamp"
+      - name: "campaign"
+        logicalType: "string"
+      - name: "n"
+        logicalType: "integer"
+        logicalTypeOptions: {format: "i64"}
+"#;
+
+fn click(mmss: &str, campaign: &str, user: &str) -> String {
+    format!(r#"{{"ts": "2024-01-01T00:{mmss}Z", "campaign": "{campaign}", "user": "{user}"}}"#)
+}
+
+/// The input files. File 0 line 4 does not parse; file 2 line 2 is late (00:30 when the
+/// watermark is 01:05) and line 3 has a bad timestamp.
+fn input_files() -> Vec<(String, String)> {
+    let files = [
+        vec![
+            click("00:10", "c1", "u1"),
+            click("00:20", "c2", "u2"),
+            click("00:50", "c1", "u3"),
+            "{not json".to_string(),
+        ],
+        vec![click("01:05", "c1", "u1"), click("01:15", "c2", "u4")],
+        vec![
+            click("01:30", "c1", "u5"),
+            click("00:30", "c1", "u6"),
+            r#"{"ts": "yesterday", "campaign": "c1", "user": "u7"}"#.to_string(),
+        ],
+        vec![click("02:20", "c2", "u1"), click("02:40", "c3", "u2")],
+        vec![click("03:10", "c3", "u3")],
+        vec![click("05:00", "c1", "u4")],
+    ];
+    files
+        .iter()
+        .enumerate()
+        .map(|(i, lines)| (format!("{i:03}.jsonl"), lines.join("\n") + "\n"))
+        .collect()
+}
+
+const MICRO_BATCHES: u64 = 12;
+
+fn project(dir: &Path) {
+    for (path, text) in [
+        ("pipeline.yaml", PIPELINE),
+        ("profiles/local.yaml", PROFILE),
+        ("contracts/clicks.yaml", CLICKS),
+        ("contracts/counts.yaml", COUNTS),
+    ] {
+        let p = dir.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    for (name, text) in input_files() {
+        let p = dir.join("in").join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+}
+
+fn run(dir: &Path, fail_point: Option<&str>) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_etlantic"));
+    cmd.current_dir(dir)
+        .args(["run", "pipeline.yaml", "--format", "json"])
+        .env_remove("ETLANTIC_FAIL_POINT");
+    if let Some(fp) = fail_point {
+        cmd.env("ETLANTIC_FAIL_POINT", fp);
+    }
+    cmd.output().expect("the etlantic binary runs")
+}
+
+fn describe(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn run_ok(dir: &Path) {
+    let o = run(dir, None);
+    assert!(o.status.success(), "run failed: {}", describe(&o));
+}
+
+/// The committed sink rows as a sorted multiset of canonical JSON strings.
+fn committed(dir: &Path) -> Vec<String> {
+    let batches = etlantic_sinks::files::read_committed(dir.join("out/counts")).unwrap();
+    let mut rows = Vec::new();
+    for b in &batches {
+        let mut buf = Vec::new();
+        {
+            let mut w = arrow::json::LineDelimitedWriter::new(&mut buf);
+            w.write(b).unwrap();
+            w.finish().unwrap();
+        }
+        for line in String::from_utf8(buf).unwrap().lines() {
+            let mut v: BTreeMap<String, Value> = serde_json::from_str(line).unwrap();
+            for k in ["window_start", "window_end"] {
+                let t = chrono::DateTime::parse_from_rfc3339(v[k].as_str().unwrap()).unwrap();
+                v.insert(
+                    k.into(),
+                    json!(t
+                        .with_timezone(&chrono::Utc)
+                        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
+                );
+            }
+            rows.push(serde_json::to_string(&v).unwrap());
+        }
+    }
+    rows.sort();
+    rows
+}
+
+/// The quarantine as a sorted multiset of (code, position, raw), without run ids.
+fn quarantined(dir: &Path) -> Vec<String> {
+    let path = dir.join("out/quarantine.jsonl");
+    if !path.exists() {
+        return vec![];
+    }
+    let mut v: Vec<String> = etlantic_sinks::quarantine::read_quarantine(path)
+        .unwrap()
+        .iter()
+        .map(|l| {
+            json!({"code": l["code"], "position": l["position"], "raw": l["raw"], "batch": l["batch_id"]})
+                .to_string()
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn read(path: &Path) -> Option<String> {
+    std::fs::read_to_string(path).ok()
+}
+
+/// `offsets/N` entries without their batch timestamps, and the source's file log.
+fn offsets_and_files(dir: &Path) -> (BTreeMap<u64, Value>, BTreeMap<String, Vec<String>>) {
+    let chk = dir.join("chk");
+    let mut offsets = BTreeMap::new();
+    for n in 0..MICRO_BATCHES + 2 {
+        if let Some(text) = read(&chk.join("offsets").join(n.to_string())) {
+            let mut v: Value = serde_json::from_str(&text).unwrap();
+            v.as_object_mut().unwrap().remove("batchTimestampMs");
+            offsets.insert(n, v);
+        }
+    }
+    let mut files = BTreeMap::new();
+    if let Ok(entries) = std::fs::read_dir(chk.join("sources/0")) {
+        for e in entries {
+            let e = e.unwrap();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.parse::<u64>().is_err() {
+                continue;
+            }
+            let v: Value = serde_json::from_str(&read(&e.path()).unwrap()).unwrap();
+            let list = v["files"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| f["path"].as_str().unwrap().to_string())
+                .collect();
+            files.insert(name, list);
+        }
+    }
+    (offsets, files)
+}
+
+/// The state directory of the single operator (`None` before its first snapshot).
+fn state_dir(dir: &Path) -> Option<PathBuf> {
+    let ops: Vec<PathBuf> = std::fs::read_dir(dir.join("chk/state"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(ops.len() <= 1, "one stateful operator: {ops:?}");
+    ops.first().cloned()
+}
+
+fn window(start: &str, end: &str, campaign: &str, n: i64) -> String {
+    let v: BTreeMap<&str, Value> = BTreeMap::from([
+        ("campaign", json!(campaign)),
+        ("n", json!(n)),
+        ("window_end", json!(format!("2024-01-01T00:{end}.000Z"))),
+        ("window_start", json!(format!("2024-01-01T00:{start}.000Z"))),
+    ]);
+    serde_json::to_string(&v).unwrap()
+}
+
+/// Checks what every finished run must have, crashed or not.
+fn check_finished(dir: &Path, reference: &Reference, label: &str) {
+    assert_eq!(
+        committed(dir),
+        reference.rows,
+        "{label}: committed output differs from the uninterrupted run (lost or duplicated rows)"
+    );
+    assert_eq!(
+        quarantined(dir),
+        reference.quarantine,
+        "{label}: quarantine differs from the uninterrupted run"
+    );
+    let (offsets, files) = offsets_and_files(dir);
+    assert_eq!(offsets, reference.offsets, "{label}: offsets log differs");
+    assert_eq!(files, reference.files, "{label}: file assignment differs");
+    let chk = dir.join("chk");
+    for n in 0..MICRO_BATCHES {
+        assert!(
+            chk.join("commits").join(n.to_string()).exists(),
+            "{label}: commits/{n}"
+        );
+    }
+    assert!(!chk.join("offsets").join(MICRO_BATCHES.to_string()).exists());
+    // State versions N+1 for the last ten batches (older ones are pruned).
+    let state = state_dir(dir).expect("state snapshots");
+    for n in MICRO_BATCHES - 10..MICRO_BATCHES {
+        assert!(
+            state.join(format!("{}.arrow", n + 1)).exists(),
+            "{label}: state version {} of batch {n}",
+            n + 1
+        );
+    }
+}
+
+struct Reference {
+    rows: Vec<String>,
+    quarantine: Vec<String>,
+    offsets: BTreeMap<u64, Value>,
+    files: BTreeMap<String, Vec<String>>,
+}
+
+fn reference() -> Reference {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    project(dir);
+    run_ok(dir);
+    let rows = committed(dir);
+    // The uninterrupted run itself is right.
+    let mut expected = vec![
+        window("00:00", "01:00", "c1", 2),
+        window("00:00", "01:00", "c2", 1),
+        window("01:00", "02:00", "c1", 2),
+        window("01:00", "02:00", "c2", 1),
+        window("02:00", "03:00", "c2", 1),
+        window("02:00", "03:00", "c3", 1),
+        window("03:00", "04:00", "c3", 1),
+    ];
+    expected.sort();
+    assert_eq!(rows, expected);
+    let q = etlantic_sinks::quarantine::read_quarantine(dir.join("out/quarantine.jsonl")).unwrap();
+    let mut seen: Vec<(String, Value, Value)> = q
+        .iter()
+        .map(|l| {
+            (
+                l["code"].as_str().unwrap().to_string(),
+                l["position"].clone(),
+                l["batch_id"].clone(),
+            )
+        })
+        .collect();
+    seen.sort_by_key(|(c, _, _)| c.clone());
+    assert_eq!(seen.len(), 3, "{q:?}");
+    assert_eq!(seen[0].0, "ETL701");
+    assert_eq!(seen[0].1["file"], json!("in/000.jsonl"));
+    assert_eq!(seen[0].1["line"], json!(4));
+    assert_eq!(seen[0].2, json!(0));
+    assert_eq!(seen[1].0, "ETL702");
+    assert_eq!(seen[1].1["file"], json!("in/002.jsonl"));
+    assert_eq!(seen[1].1["line"], json!(3));
+    assert_eq!(seen[1].2, json!(4));
+    assert_eq!(seen[2].0, "ETL708", "the late 00:30 click");
+    assert_eq!(seen[2].2, json!(4));
+    let (offsets, files) = offsets_and_files(dir);
+    let kinds: Vec<&str> = offsets
+        .values()
+        .map(|v| v["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["data", "no_data"].repeat(6));
+    let expected_files: BTreeMap<String, Vec<String>> = (0..6)
+        .map(|i| (i.to_string(), vec![format!("{i:03}.jsonl")]))
+        .collect();
+    assert_eq!(files, expected_files, "one file per data batch");
+    let reference = Reference {
+        quarantine: quarantined(dir),
+        rows,
+        offsets,
+        files,
+    };
+    check_finished(dir, &reference, "reference");
+    reference
+}
+
+#[test]
+fn killed_at_every_step_the_restarted_query_loses_and_duplicates_nothing() {
+    let reference = reference();
+    // 0: first data batch (with a malformed line), 1: a no-data batch that emits a
+    // window, 4: the data batch with the late row and a bad record, 10: the last data
+    // batch, 11: the last (no-data) batch.
+    for point in ["after_offsets", "after_sink", "after_state", "after_commit"] {
+        for batch in [0u64, 1, 4, 10, 11] {
+            let label = format!("{point}:{batch}");
+            let tmp = tempfile::tempdir().unwrap();
+            let dir = tmp.path();
+            project(dir);
+            let o = run(dir, Some(&label));
+            assert_eq!(
+                o.status.signal(),
+                Some(6),
+                "{label}: must abort\n{}",
+                describe(&o)
+            );
+            assert!(
+                String::from_utf8_lossy(&o.stderr).contains("ETLANTIC_FAIL_POINT reached"),
+                "{label}: {}",
+                describe(&o)
+            );
+            // Where it died.
+            let chk = dir.join("chk");
+            let offsets_n = chk.join("offsets").join(batch.to_string());
+            let commit_n = chk.join("commits").join(batch.to_string());
+            let state_n = state_dir(dir)
+                .map(|d| d.join(format!("{}.arrow", batch + 1)))
+                .unwrap_or_default();
+            assert!(offsets_n.exists(), "{label}: offsets/{batch} written");
+            assert!(!chk.join("offsets").join((batch + 1).to_string()).exists());
+            // The sink already holds the batch unless the process died before the sinks.
+            let sink_logged = dir
+                .join("out/counts/_etlantic_sink")
+                .join(batch.to_string())
+                .exists();
+            assert_eq!(sink_logged, point != "after_offsets", "{label}: sink log");
+            match point {
+                "after_offsets" | "after_sink" => {
+                    assert!(!state_n.exists() && !commit_n.exists(), "{label}")
+                }
+                "after_state" => assert!(state_n.exists() && !commit_n.exists(), "{label}"),
+                _ => assert!(commit_n.exists(), "{label}"),
+            }
+            let before = read(&offsets_n).unwrap();
+            let (_, files_before) = offsets_and_files(dir);
+
+            run_ok(dir);
+
+            // The logged batch was re-run with exactly its logged offsets and files.
+            assert_eq!(
+                read(&offsets_n).unwrap(),
+                before,
+                "{label}: offsets/{batch} re-used"
+            );
+            let (_, files_after) = offsets_and_files(dir);
+            for (index, list) in &files_before {
+                assert_eq!(
+                    files_after.get(index),
+                    Some(list),
+                    "{label}: files of index {index}"
+                );
+            }
+            check_finished(dir, &reference, &label);
+            // The restart ran the rest: the replayed batch (or the next) first.
+            let progress: Vec<Value> = read(&chk.join("progress.jsonl"))
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+            let ids: Vec<u64> = progress
+                .iter()
+                .map(|p| p["batchId"].as_u64().unwrap())
+                .collect();
+            let resumed_at = if point == "after_commit" {
+                batch + 1
+            } else {
+                batch
+            };
+            // (A batch killed after its commit never wrote its progress record.)
+            let mut expected: Vec<u64> = (0..batch).collect();
+            expected.extend(resumed_at..MICRO_BATCHES);
+            assert_eq!(ids, expected, "{label}: progress batch ids");
+        }
+    }
+}
+
+#[test]
+fn a_finished_query_restarted_does_nothing_and_keeps_its_output() {
+    let reference = reference();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    project(dir);
+    run_ok(dir);
+    run_ok(dir);
+    check_finished(dir, &reference, "restarted");
+    // A new file after the restart is picked up as batch 12 and closes [05:00, 06:00)
+    // once the watermark passes it.
+    std::fs::write(dir.join("in/006.jsonl"), click("07:00", "c9", "u9") + "\n").unwrap();
+    run_ok(dir);
+    let rows = committed(dir);
+    assert_eq!(rows.len(), reference.rows.len() + 1);
+    assert!(rows.contains(&window("05:00", "06:00", "c1", 1)));
+}
