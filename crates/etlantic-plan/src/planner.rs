@@ -638,6 +638,31 @@ impl<'a> Planner<'a> {
             if let Some(et) = &s.event_time {
                 match schema.field_with_name(&et.column) {
                     Ok(f) if matches!(f.data_type(), arrow::datatypes::DataType::Timestamp(..)) => {
+                        // One source of truth for the zone of naive timestamps: the
+                        // contract column's `defaultTimezone`.
+                        let zone = match f.data_type() {
+                            arrow::datatypes::DataType::Timestamp(_, tz) => {
+                                tz.as_deref().unwrap_or("UTC").to_string()
+                            }
+                            _ => unreachable!("matched a timestamp"),
+                        };
+                        let utc = |z: &str| matches!(z, "UTC" | "Etc/UTC" | "+00:00" | "Z");
+                        if et.timezone != zone && !(utc(&et.timezone) && utc(&zone)) {
+                            self.push(
+                                Diagnostic::new(
+                                    &codes::BAD_WATERMARK,
+                                    format!(
+                                        "event time of `{}` is declared in time zone `{}` but column `{}` of `{}` is in `{zone}`",
+                                        s.id, et.timezone, et.column, s.asset
+                                    ),
+                                )
+                                .at(format!("sources[{}].event_time.timezone", s.id))
+                                .help(format!(
+                                    "Set `logicalTypeOptions: {{defaultTimezone: {}}}` on `{}` in the contract (naive timestamps are read in that zone), or remove `timezone`.",
+                                    et.timezone, et.column
+                                )),
+                            );
+                        }
                     }
                     Ok(f) => self.push(
                         Diagnostic::new(

@@ -721,9 +721,11 @@ fn json_cell(v: &Value, field: &Field, path: &str) -> std::result::Result<Cell, 
             let s = v.as_str().ok_or_else(wrong)?;
             time_cell(s, dt).ok_or_else(wrong)
         }
-        Timestamp(unit, _) => {
+        Timestamp(unit, tz) => {
             let t = match v {
-                Value::String(s) => parse_timestamp(s).and_then(|t| datetime_to_unit(&t, *unit)),
+                Value::String(s) => {
+                    parse_timestamp_in(s, tz.as_deref()).and_then(|t| datetime_to_unit(&t, *unit))
+                }
                 Value::Number(n) => json_integer(n)
                     .and_then(|ms| i64::try_from(ms).ok())
                     .and_then(|ms| millis_to_unit(ms, *unit)),
@@ -802,11 +804,11 @@ fn text_cell(s: &str, field: &Field, path: &str) -> std::result::Result<Cell, Re
             .map_err(|why| decimal_problem(path, &Value::String(t.to_string()), *p, *sc, why)),
         Date32 | Date64 => date_cell(t, dt).ok_or_else(wrong),
         Time32(_) | Time64(_) => time_cell(t, dt).ok_or_else(wrong),
-        Timestamp(unit, _) => {
+        Timestamp(unit, tz) => {
             let v = if let Ok(ms) = t.parse::<i64>() {
                 millis_to_unit(ms, *unit)
             } else {
-                parse_timestamp(t).and_then(|d| datetime_to_unit(&d, *unit))
+                parse_timestamp_in(t, tz.as_deref()).and_then(|d| datetime_to_unit(&d, *unit))
             };
             v.map(Cell::Int).ok_or_else(wrong)
         }
@@ -956,6 +958,32 @@ fn time_cell(s: &str, dt: &DataType) -> Option<Cell> {
         DataType::Time64(TimeUnit::Microsecond) => nanos / 1_000,
         _ => nanos,
     }))
+}
+
+/// Parses an ISO-8601 timestamp like [`parse_timestamp`], except that a naive value (no
+/// `Z`, no offset) is local time in `zone` (an IANA name or an offset) when the column has
+/// a zone other than UTC — the contract's `defaultTimezone`. A local time that does not
+/// exist (a DST gap) is not a timestamp; an ambiguous one takes the earlier instant.
+pub fn parse_timestamp_in(s: &str, zone: Option<&str>) -> Option<DateTime<Utc>> {
+    let zone = match zone {
+        None | Some("UTC") | Some("+00:00") | Some("Z") | Some("Etc/UTC") => {
+            return parse_timestamp(s)
+        }
+        Some(z) => z,
+    };
+    let t = s.trim();
+    let has_offset = t.ends_with(['Z', 'z'])
+        || DateTime::parse_from_rfc3339(t).is_ok()
+        || t.len() > 10 && (t[10..].contains('+') || t[10..].matches('-').count() > 0);
+    if has_offset {
+        return parse_timestamp(s);
+    }
+    let naive = parse_timestamp(s)?.naive_utc();
+    let tz: arrow::array::timezone::Tz = zone.parse().ok()?;
+    use chrono::TimeZone;
+    tz.from_local_datetime(&naive)
+        .earliest()
+        .map(|d| d.with_timezone(&Utc))
 }
 
 /// Parses an ISO-8601 timestamp: with `Z` or an offset, or naive (taken as UTC), with `T`
@@ -1451,6 +1479,14 @@ mod tests {
             1_704_153_600_000
         );
         assert!(parse_timestamp("yesterday").is_none());
+        // Naive values are local time in the column's zone; explicit offsets win.
+        let paris = parse_timestamp_in("2024-07-01T12:00:00", Some("Europe/Paris")).unwrap();
+        assert_eq!(paris.to_rfc3339(), "2024-07-01T10:00:00+00:00");
+        let z = parse_timestamp_in("2024-07-01T12:00:00Z", Some("Europe/Paris")).unwrap();
+        assert_eq!(z.to_rfc3339(), "2024-07-01T12:00:00+00:00");
+        let utc = parse_timestamp_in("2024-07-01T12:00:00", Some("UTC")).unwrap();
+        assert_eq!(utc.to_rfc3339(), "2024-07-01T12:00:00+00:00");
+        assert!(parse_timestamp_in("2024-03-31T02:30:00", Some("Europe/Paris")).is_none());
         assert!(parse_timestamp("2024-13-02T00:00:00Z").is_none());
     }
 

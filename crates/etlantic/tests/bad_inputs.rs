@@ -692,3 +692,33 @@ fn a_transform_plan_that_does_not_load_etl006() {
     );
     assert!(!error_codes(&json).is_empty());
 }
+
+#[test]
+fn event_time_zone_must_match_the_contract_etl406() {
+    let p = Project::init();
+    p.edit(
+        "pipeline.yaml",
+        "  - id: orders\n    asset: orders\n",
+        "  - id: orders\n    asset: orders\n    event_time: {column: ordered_at, timezone: Europe/Paris}\n",
+    );
+    let json = assert_fails(
+        &p,
+        &[],
+        Expect::at(
+            "ETL406",
+            exit::INVALID_PIPELINE,
+            "sources[orders].event_time.timezone",
+        ),
+    );
+    assert!(find_diag(&json, "ETL406")["help"]
+        .as_str()
+        .unwrap()
+        .contains("defaultTimezone: Europe/Paris"));
+    // Declaring the zone on the contract column makes it valid.
+    p.edit(
+        "contracts/orders.odcs.yaml",
+        "      - name: \"ordered_at\"\n        logicalType: \"timestamp\"\n",
+        "      - name: \"ordered_at\"\n        logicalType: \"timestamp\"\n        logicalTypeOptions: {defaultTimezone: Europe/Paris}\n",
+    );
+    p.run(&["validate"]).ok();
+}
