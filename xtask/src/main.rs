@@ -4,7 +4,7 @@
 //!   Spark conformance corpus — what `.ci/run` runs;
 //! - `demo`: scaffold the example project into `scratch/demo` and run it;
 //! - `docs`: regenerate generated documentation (`docs/diagnostics.md`);
-//! - `bench`: run benchmarks (see `cargo xtask bench --help`).
+//! - `bench`: run benchmarks (`clicks`, `join`; see `cargo xtask bench --help`).
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
@@ -28,7 +28,9 @@ enum Cmd {
     Demo,
     /// Regenerate docs/diagnostics.md from the code catalogue.
     Docs,
-    /// Run a benchmark: `clicks` (stream vs batch on 2M click events).
+    /// Run a benchmark: `clicks` (stream vs batch on 2M click events) or `join` (a
+    /// time-bounded Nexmark join of bids and auctions: events/s and state size over time;
+    /// `ETLANTIC_BENCH_EVENTS` sets the number of generator events, default 20M).
     Bench {
         /// Which benchmark.
         #[arg(default_value = "clicks")]
@@ -199,7 +201,17 @@ fn main() -> Result<()> {
                         .arg("--runs")
                         .arg(runs.to_string()))?;
                 }
-                other => bail!("unknown benchmark `{other}` (known: clicks)"),
+                "join" => {
+                    // Nexmark bids x auctions, generated in the process (no data files).
+                    let events = std::env::var("ETLANTIC_BENCH_EVENTS")
+                        .unwrap_or_else(|_| "20000000".into());
+                    run(Command::new(cargo())
+                        .current_dir(&root)
+                        .args(["bench", "-p", "etlantic", "--bench", "nexmark_join", "--"])
+                        .args(["--events", &events, "--runs"])
+                        .arg(runs.to_string()))?;
+                }
+                other => bail!("unknown benchmark `{other}` (known: clicks, join)"),
             }
         }
         Cmd::Docs => {

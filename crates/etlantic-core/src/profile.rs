@@ -5,7 +5,7 @@
 
 use crate::diagnostics::{codes, Diagnostic, Diagnostics, Error, Result};
 use crate::guarantee::DeliveryGuarantee;
-use crate::streaming::{ExecutionMode, Trigger, WatermarkPolicy};
+use crate::streaming::{Duration, ExecutionMode, Trigger, WatermarkPolicy};
 use crate::uri::{self, BindingUri};
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
@@ -62,6 +62,12 @@ pub struct Profile {
     /// Per-step engine overrides: transformation id → backend name.
     #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
     pub engines: IndexMap<String, String>,
+    /// Streaming state time-to-live: transformation id (every stateful operator of it) or
+    /// operator id (`<transformation>.<step>`) → how long a state row is kept without an
+    /// update, in processing time. Meant for state no watermark bounds (group-bys, dedup
+    /// and joins without one); ignored in batch runs.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub state_ttl: IndexMap<String, Duration>,
     /// Named secrets: name → reference (`${env:NAME}`). Values are resolved at run time only.
     #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
     pub secrets: IndexMap<String, String>,
@@ -106,6 +112,7 @@ impl Profile {
             no_data_batches: true,
             require_guarantee: None,
             engines: IndexMap::new(),
+            state_ttl: IndexMap::new(),
             secrets: IndexMap::new(),
             extensions: IndexMap::new(),
         }
@@ -194,6 +201,18 @@ impl Profile {
                         format!("secret `{name}` is not a reference"),
                     )
                     .at(format!("secrets.{name}"))
+                    .in_file(origin),
+                );
+            }
+        }
+        for (op, ttl) in &self.state_ttl {
+            if ttl.as_millis() <= 0 {
+                d.push(
+                    Diagnostic::new(
+                        &codes::BAD_DURATION,
+                        format!("the state TTL of `{op}` must be positive"),
+                    )
+                    .at(format!("state_ttl.{op}"))
                     .in_file(origin),
                 );
             }

@@ -155,6 +155,69 @@ pub enum LatePolicy {
     },
 }
 
+/// A source of a streaming pipeline that is read as a bounded table (the static side of
+/// a stream-static join), and how often it is read again.
+///
+/// YAML: `static_refresh: per_batch` or `static_refresh: {interval: 10 minutes}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StaticRefresh {
+    /// Read the whole table for every micro-batch (Spark's behaviour for a static
+    /// DataFrame: each micro-batch sees the table as it is then).
+    PerBatch,
+    /// Read it once and keep it; read it again for the first micro-batch that starts
+    /// when the copy is older than the interval.
+    Interval(Duration),
+}
+
+impl fmt::Display for StaticRefresh {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StaticRefresh::PerBatch => f.write_str("per_batch"),
+            StaticRefresh::Interval(d) => write!(f, "every {d}"),
+        }
+    }
+}
+
+impl Serialize for StaticRefresh {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match self {
+            StaticRefresh::PerBatch => s.serialize_str("per_batch"),
+            StaticRefresh::Interval(d) => {
+                use serde::ser::SerializeMap;
+                let mut m = s.serialize_map(Some(1))?;
+                m.serialize_entry("interval", d)?;
+                m.end()
+            }
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for StaticRefresh {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let expected = "`static_refresh` is `per_batch` or `{interval: <duration>}`";
+        let v = serde_json::Value::deserialize(d)?;
+        match &v {
+            serde_json::Value::String(s) if matches!(s.as_str(), "per_batch" | "per-batch") => {
+                Ok(StaticRefresh::PerBatch)
+            }
+            serde_json::Value::Object(m) if m.len() == 1 && m.contains_key("interval") => {
+                let text = m["interval"]
+                    .as_str()
+                    .ok_or_else(|| D::Error::custom(expected))?;
+                let d: Duration = text.parse().map_err(|e: Error| D::Error::custom(e))?;
+                if d.as_millis() <= 0 {
+                    return Err(D::Error::custom(
+                        "the `static_refresh` interval must be positive",
+                    ));
+                }
+                Ok(StaticRefresh::Interval(d))
+            }
+            _ => Err(D::Error::custom(format!("{expected}, got {v}"))),
+        }
+    }
+}
+
 /// How global watermarks combine across inputs (Spark `multipleWatermarkPolicy`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
@@ -255,6 +318,41 @@ impl OutputMode {
             OutputMode::Append => "append",
             OutputMode::Update => "update",
             OutputMode::Complete => "complete",
+        }
+    }
+}
+
+/// Which clock the timers of a custom stateful processor follow (Spark's `TimeMode` of
+/// `transformWithState`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum TimeMode {
+    /// No timers.
+    #[default]
+    None,
+    /// Timers fire when the micro-batch's processing time (batch timestamp) passes them.
+    ProcessingTime,
+    /// Timers fire when the event-time watermark passes them (needs a watermark).
+    EventTime,
+}
+
+impl TimeMode {
+    /// Snake-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TimeMode::None => "none",
+            TimeMode::ProcessingTime => "processing_time",
+            TimeMode::EventTime => "event_time",
+        }
+    }
+
+    /// Parses `none`, `processing_time` or `event_time` (Spark's camel case too).
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.to_ascii_lowercase().replace('-', "_").as_str() {
+            "none" => Some(TimeMode::None),
+            "processing_time" | "processingtime" => Some(TimeMode::ProcessingTime),
+            "event_time" | "eventtime" => Some(TimeMode::EventTime),
+            _ => None,
         }
     }
 }

@@ -60,6 +60,7 @@ fn built() -> Pipeline {
                 sink: "late".into(),
             },
             read_limit: None,
+            static_refresh: None,
         })
         .transform(
             TransformBuilder::new("revenue")
@@ -128,4 +129,105 @@ fn unknown_fields_and_bad_headers_are_diagnosed() {
     let e = Pipeline::from_yaml(&YAML.replace("- filter:", "- filtr:"), "p.yaml").unwrap_err();
     assert!(e.code() == "ETL002" || e.code() == "ETL003", "{e}");
     assert!(e.to_string().contains("unknown step kind"));
+}
+
+const JOINS: &str = r#"
+apiVersion: etlantic/v1
+kind: Pipeline
+name: attribution
+assets:
+  impressions: {contract: contracts/impressions.yaml}
+  clicks: {contract: contracts/clicks.yaml}
+  campaigns: {contract: contracts/campaigns.yaml}
+  out: {contract: contracts/out.yaml}
+sources:
+  - id: impressions
+    asset: impressions
+    event_time: {column: imp_ts}
+    watermark: 10 seconds
+  - id: clicks
+    asset: clicks
+    event_time: {column: click_ts}
+    watermark: 5 seconds
+  - id: campaigns
+    asset: campaigns
+    static_refresh: {interval: 10 minutes}
+transforms:
+  - id: attributed
+    inputs: {impressions: impressions, clicks: clicks, campaigns: campaigns}
+    steps:
+      - join:
+          right: clicks
+          on: {left: [ad_id], right: [click_ad]}
+          how: left
+          time_range: {left: imp_ts, right: click_ts, lower: 20 seconds, upper: 0 seconds}
+      - join: {right: campaigns, on: {left: [campaign], right: [id]}}
+sinks:
+  - id: write
+    input: attributed
+    asset: out
+"#;
+
+#[test]
+fn join_time_ranges_and_static_sources_round_trip() {
+    use etlantic_core::ir::{JoinTimeRange, JoinType};
+    use etlantic_core::streaming::StaticRefresh;
+    let p = Pipeline::from_yaml(JOINS, "p.yaml").unwrap();
+    assert_eq!(
+        p.source("campaigns").unwrap().static_refresh,
+        Some(StaticRefresh::Interval(Duration::from_secs(600)))
+    );
+    assert!(p.source("campaigns").unwrap().is_static());
+    assert!(!p.source("clicks").unwrap().is_static());
+    let steps = p.transform("attributed").unwrap().steps.as_ref().unwrap();
+    match &steps[0].0 {
+        Action::Join {
+            join_type,
+            time_range: Some(r),
+            ..
+        } => {
+            assert_eq!(*join_type, JoinType::Left);
+            assert_eq!(
+                r,
+                &JoinTimeRange {
+                    left: "imp_ts".into(),
+                    right: "click_ts".into(),
+                    lower: Duration::from_secs(20),
+                    upper: Duration::ZERO,
+                }
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let again = Pipeline::from_yaml(&p.to_yaml(), "again.yaml").unwrap();
+    assert_eq!(again, p);
+    let per_batch = JOINS.replace("{interval: 10 minutes}", "per_batch");
+    let p = Pipeline::from_yaml(&per_batch, "p.yaml").unwrap();
+    assert_eq!(
+        p.source("campaigns").unwrap().static_refresh,
+        Some(StaticRefresh::PerBatch)
+    );
+    assert_eq!(Pipeline::from_yaml(&p.to_yaml(), "again.yaml").unwrap(), p);
+    for bad in [
+        "always",
+        "{interval: soon}",
+        "{interval: 0 seconds}",
+        "{every: 1 minute}",
+    ] {
+        let e = Pipeline::from_yaml(&JOINS.replace("{interval: 10 minutes}", bad), "p.yaml")
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("static_refresh") || e.to_string().contains("duration"),
+            "{bad}: {e}"
+        );
+    }
+    let e = Pipeline::from_yaml(
+        &JOINS.replace("lower: 20 seconds", "lowr: 20 seconds"),
+        "p.yaml",
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("unknown join time range field"),
+        "{e}"
+    );
 }

@@ -3,7 +3,7 @@
 //! The lists are the single source of truth: a test compiles every listed function and
 //! action, so the backend never claims something it would reject.
 
-use etlantic_core::ir::action::{DEDUP_WITHIN_WATERMARK, WINDOW_AGGREGATE};
+use etlantic_core::ir::action::{DEDUP_WITHIN_WATERMARK, PROCESS, WINDOW_AGGREGATE};
 use etlantic_core::plugin::{BackendCapabilities, RegionKind};
 
 /// The backend's name in profiles and plans.
@@ -41,6 +41,7 @@ pub const SUPPORTED_ACTIONS: &[&str] = &[
     "dtcs:explode",
     WINDOW_AGGREGATE,
     DEDUP_WITHIN_WATERMARK,
+    PROCESS,
 ];
 
 /// Aggregate function ids (valid in `dtcs:aggregate` and `etlantic:window_aggregate`;

@@ -34,6 +34,7 @@ mod expr;
 mod plan;
 mod relation;
 mod session;
+mod staged;
 mod step;
 pub mod streaming;
 mod table;

@@ -124,6 +124,9 @@ pub(crate) async fn output_schema(
         .iter()
         .map(|(p, s)| (p.clone(), Table::empty(s.clone())))
         .collect();
+    if let Some(staged) = staged(task, &tables).await {
+        return staged.map(|t| t.schema);
+    }
     match prepare(task, &tables).await? {
         Prepared::Frame(df) => Ok(arrow_schema(&df)),
         Prepared::Impl(imp) => imp.output_schema(inputs),
@@ -132,6 +135,9 @@ pub(crate) async fn output_schema(
 
 /// Runs a step.
 pub(crate) async fn execute(task: &StepTask, inputs: IndexMap<String, Table>) -> Result<Table> {
+    if let Some(staged) = staged(task, &inputs).await {
+        return staged;
+    }
     match prepare(task, &inputs).await? {
         Prepared::Frame(df) => {
             let schema = arrow_schema(&df);
@@ -139,5 +145,20 @@ pub(crate) async fn execute(task: &StepTask, inputs: IndexMap<String, Table>) ->
             Ok(Table::new(schema.clone(), conform(&schema, batches)?))
         }
         Prepared::Impl(imp) => imp.execute(inputs),
+    }
+}
+
+/// Runs a portable plan with `process` steps in stages (see [`crate::staged`]); `None`
+/// for every other step.
+async fn staged(task: &StepTask, inputs: &IndexMap<String, Table>) -> Option<Result<Table>> {
+    match &task.logic {
+        StepLogic::Portable {
+            plan,
+            parameters,
+            output,
+        } if crate::staged::has_processor(plan) => {
+            Some(crate::staged::run(plan, parameters, output, inputs).await)
+        }
+        _ => None,
     }
 }

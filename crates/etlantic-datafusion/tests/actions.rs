@@ -197,6 +197,7 @@ fn join(join_type: JoinType, null_safe: bool) -> Action {
         right_keys: vec!["k".into()],
         predicate: None,
         null_safe,
+        time_range: None,
     }
 }
 
@@ -352,6 +353,7 @@ async fn differently_named_keys_and_predicates() {
                 right_keys: vec!["id".into()],
                 predicate: Some(e("v > lo")),
                 null_safe: false,
+                time_range: None,
             }],
         )
         .await,
@@ -374,6 +376,7 @@ async fn differently_named_keys_and_predicates() {
                 right_keys: vec![],
                 predicate: Some(e("v < lo")),
                 null_safe: false,
+                time_range: None,
             }],
         )
         .await,
@@ -409,6 +412,7 @@ async fn cross_join_and_left_major_order() {
                 right_keys: vec![],
                 predicate: None,
                 null_safe: false,
+                time_range: None,
             },
             Action::Limit {
                 count: 3,
@@ -893,6 +897,7 @@ async fn constant_join_conditions() {
         right_keys: vec![],
         predicate: (join_type != JoinType::Cross).then(|| e("true")),
         null_safe: false,
+        time_range: None,
     };
     let out = run_rows(
         vec![("a", a.clone()), ("b", empty.clone())],
@@ -922,6 +927,7 @@ async fn a_relation_can_be_joined_and_unioned_with_itself() {
             right_keys: vec!["k".into()],
             predicate: None,
             null_safe: false,
+            time_range: None,
         }],
     )
     .await;

@@ -61,12 +61,22 @@ fn describe(a: &Action) -> String {
             right,
             join_type,
             left_keys,
+            time_range,
             ..
-        } => format!(
-            "{} join {right} on [{}]",
-            join_type.name(),
-            left_keys.join(", ")
-        ),
+        } => {
+            let mut s = format!(
+                "{} join {right} on [{}]",
+                join_type.name(),
+                left_keys.join(", ")
+            );
+            if let Some(r) = time_range {
+                s.push_str(&format!(
+                    " and {} between {right}.{} - {} and + {}",
+                    r.left, r.right, r.lower, r.upper
+                ));
+            }
+            s
+        }
         Action::Union { other, .. } => format!("union {other}"),
         Action::Aggregate {
             group_by,
@@ -117,6 +127,16 @@ fn describe(a: &Action) -> String {
         Action::DeduplicateWithinWatermark { keys } => {
             format!("deduplicate within watermark [{}]", keys.join(", "))
         }
+        Action::Process {
+            processor,
+            keys,
+            time_mode,
+            ..
+        } => format!(
+            "process `{processor}` by [{}] ({} timers)",
+            keys.join(", "),
+            time_mode.as_str()
+        ),
     }
 }
 
@@ -135,6 +155,9 @@ pub fn explain_text(plan: &PipelinePlan) -> String {
     }
     if let Some(c) = &p.checkpoint {
         let _ = writeln!(o, "Checkpoint {c}");
+    }
+    for (op, ttl) in &p.state_ttl {
+        let _ = writeln!(o, "State TTL {op}: {ttl}");
     }
     let _ = writeln!(o, "Bad records: {:?} → {}", p.on_error, p.quarantine);
     let _ = writeln!(o, "\nSources");

@@ -16,10 +16,12 @@
 pub mod capability;
 pub mod diff;
 pub mod explain;
+pub mod join_rules;
 pub mod plan;
 pub mod planner;
 pub mod project;
 pub mod schema;
+pub mod state_rules;
 pub mod streaming_rules;
 
 pub use plan::PipelinePlan;

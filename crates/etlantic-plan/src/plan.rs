@@ -19,7 +19,8 @@ use etlantic_core::model::WriteMode;
 use etlantic_core::plugin::{ReadLimit, RegionKind};
 use etlantic_core::profile::OnError;
 use etlantic_core::streaming::{
-    Duration, EventTime, ExecutionMode, LatePolicy, OutputMode, Trigger, WatermarkPolicy,
+    Duration, EventTime, ExecutionMode, LatePolicy, OutputMode, StaticRefresh, Trigger,
+    WatermarkPolicy,
 };
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
@@ -99,6 +100,10 @@ pub struct PlanProfile {
     /// Secret references (never values).
     #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
     pub secrets: IndexMap<String, String>,
+    /// Streaming state TTL: transformation or operator id → time to live without an
+    /// update (processing time). Empty in batch plans.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub state_ttl: IndexMap<String, Duration>,
 }
 
 /// A contract embedded in the plan.
@@ -150,6 +155,9 @@ pub struct PlanSource {
     pub read_limit: Option<ReadLimit>,
     /// Whether the source replays.
     pub guarantee: SourceGuarantee,
+    /// Static in a streaming run: read as a bounded table with this refresh policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub static_refresh: Option<StaticRefresh>,
 }
 
 /// How a transformation is implemented, in the plan.

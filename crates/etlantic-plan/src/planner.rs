@@ -149,6 +149,8 @@ impl<'a> Planner<'a> {
         if self.p.profile.mode == ExecutionMode::Streaming {
             let found = streaming_rules::check(self.p, &self.logic_plans());
             self.diags.extend(found);
+            let found = crate::state_rules::check(self.p, &self.logic_plans());
+            self.diags.extend(found);
         }
         self.gate(m)?;
         let m = self.diags.0.len();
@@ -624,6 +626,58 @@ impl<'a> Planner<'a> {
                 );
             }
         }
+        self.processor_references();
+    }
+
+    /// Custom stateful processors named by `process` steps must be linked; `state_ttl`
+    /// entries must name transformations (whether they keep state is a streaming rule).
+    fn processor_references(&mut self) {
+        let pl = self.p.pipeline.clone();
+        for t in &pl.transforms {
+            let mut actions: Vec<(String, etlantic_core::ir::Action)> = Vec::new();
+            if let Some(steps) = &t.steps {
+                for (i, s) in steps.iter().enumerate() {
+                    actions.push((format!("transforms[{}].steps[{i}]", t.id), s.0.clone()));
+                }
+            }
+            if let Some(plan) = self.loaded_plans.get(&t.id) {
+                for s in &plan.decoded().steps {
+                    actions.push((format!("transforms[{}].plan.{}", t.id, s.id), s.op.clone()));
+                }
+            }
+            for (path, a) in actions {
+                if let etlantic_core::ir::Action::Process { processor, .. } = a {
+                    if plugin::processor(&processor).is_none() {
+                        let linked: Vec<&str> = plugin::processors().map(|p| p.name()).collect();
+                        self.push(
+                            Diagnostic::new(
+                                &codes::UNKNOWN_PROCESSOR,
+                                format!("no linked stateful processor is named `{processor}`"),
+                            )
+                            .at(path)
+                            .help(format!(
+                                "Linked processors: {linked:?}. A processor is linked by the crate that registers it (`inventory::submit!`)."
+                            )),
+                        );
+                    }
+                }
+            }
+        }
+        if self.p.profile.mode == ExecutionMode::Streaming {
+            for op in self.p.profile.state_ttl.keys() {
+                let transform = op.split_once('.').map_or(op.as_str(), |(t, _)| t);
+                if pl.transform(transform).is_none() {
+                    self.push(
+                        Diagnostic::new(
+                            &codes::UNKNOWN_STATE_OPERATOR,
+                            format!("`state_ttl` names `{op}`, but the pipeline has no transformation `{transform}`"),
+                        )
+                        .at(format!("state_ttl.{op}"))
+                        .in_file(self.p.profile_file.clone().unwrap_or_default()),
+                    );
+                }
+            }
+        }
     }
 
     // ------------------------------------------------------------------ semantic
@@ -905,8 +959,8 @@ impl<'a> Planner<'a> {
             let mut b = TransformPlanBuilder::new(&t.id);
             for (port, schema) in inputs {
                 b = b.input(port, Some(schema));
-                if streaming {
-                    let source = self.p.pipeline.source(t.inputs[port].from());
+                let source = self.p.pipeline.source(t.inputs[port].from());
+                if streaming && !source.is_some_and(|s| s.is_static()) {
                     let et = source
                         .and_then(|s| s.event_time.as_ref())
                         .map(|e| e.column.clone());
@@ -993,9 +1047,22 @@ impl<'a> Planner<'a> {
                 Ok(c) => {
                     let ok = match mode {
                         ExecutionMode::Batch => c.bounded,
+                        ExecutionMode::Streaming if s.is_static() => c.bounded,
                         ExecutionMode::Streaming => c.unbounded,
                     };
-                    if !ok {
+                    if !ok && s.is_static() {
+                        self.push(
+                            Diagnostic::new(
+                                &codes::STATIC_SOURCE_UNBOUNDED,
+                                format!(
+                                    "static source `{}` ({}) cannot be read as a bounded table",
+                                    s.id,
+                                    uri.redacted()
+                                ),
+                            )
+                            .at(format!("sources[{}].static_refresh", s.id)),
+                        );
+                    } else if !ok {
                         self.push(
                             Diagnostic::new(
                                 &codes::SOURCE_NOT_STREAMABLE,
@@ -1172,6 +1239,7 @@ impl<'a> Planner<'a> {
                     late_events: s.late_events.clone(),
                     read_limit: s.read_limit.clone(),
                     guarantee,
+                    static_refresh: s.static_refresh,
                 }
             })
             .collect();
@@ -1316,6 +1384,11 @@ impl<'a> Planner<'a> {
                 no_data_batches: prof.no_data_batches,
                 require_guarantee: prof.require_guarantee,
                 secrets: prof.secrets.clone(),
+                state_ttl: if mode == ExecutionMode::Streaming {
+                    prof.state_ttl.clone()
+                } else {
+                    IndexMap::new()
+                },
             },
             assets,
             sources,

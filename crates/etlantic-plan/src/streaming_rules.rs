@@ -6,9 +6,10 @@
 //! - `ETL402` session windows do not support update mode;
 //! - `ETL403` complete mode needs an aggregation;
 //! - `ETL404` sort without complete-mode aggregation, limit outside complete mode,
-//!   dedup within the watermark without a watermark, stream joins (not yet run by the
-//!   embedded runtime);
-//! - `ETL407` more than one aggregation on one stream.
+//!   dedup within the watermark without a watermark;
+//! - `ETL407` more than one aggregation on one stream;
+//! - joins and static sources: see [`crate::join_rules`] (`ETL404`, `ETL409`, `ETL430`,
+//!   `ETL431`, `ETL432`).
 
 use crate::project::Project;
 use etlantic_core::diagnostics::{codes, Diagnostic, Diagnostics};
@@ -41,7 +42,7 @@ fn upstream(
 
 /// Checks every sink's query against the rules; returns the diagnostics found.
 pub fn check(project: &Project, plans: &HashMap<String, Arc<TransformPlan>>) -> Diagnostics {
-    let mut d = Diagnostics::new();
+    let mut d = crate::join_rules::check(project, plans);
     let file = project.pipeline_file.clone();
     for sink in &project.pipeline.sinks {
         let mode = sink.output_mode.unwrap_or_default();
@@ -57,6 +58,11 @@ pub fn check(project: &Project, plans: &HashMap<String, Arc<TransformPlan>>) -> 
         let mut aggregations = 0;
         for t in &transforms {
             let Some(plan) = plans.get(t) else { continue };
+            // A transformation of static tables only is a batch computation per
+            // micro-batch (e.g. a dimension prepared before a stream-static join).
+            if crate::join_rules::only_static(project, t) {
+                continue;
+            }
             for step in &plan.decoded().steps {
                 let path = format!("transforms[{t}].steps[{}]", step.id);
                 match &step.op {
@@ -145,15 +151,6 @@ pub fn check(project: &Project, plans: &HashMap<String, Arc<TransformPlan>>) -> 
                         )
                         .at(path.clone())
                         .in_file(file.clone()),
-                    ),
-                    Action::Join { .. } => d.push(
-                        Diagnostic::new(
-                            &codes::UNSUPPORTED_STREAMING_OP,
-                            format!("the embedded streaming runtime does not run joins yet (`{t}`)"),
-                        )
-                        .at(path.clone())
-                        .in_file(file.clone())
-                        .help("Run the pipeline in batch mode, or on the Spark backend."),
                     ),
                     _ => {}
                 }

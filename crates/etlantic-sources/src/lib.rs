@@ -10,10 +10,10 @@
 //! | `file://` | [`files`] | `files` | yes | directories | replayable |
 //! | `memory://<name>` | [`memory`] | `memory` | yes | yes | replayable |
 //! | `rate://` | [`rate`] | `generator` | no | yes | replayable |
+//! | `nexmark://persons\|auctions\|bids` | [`nexmark`] | `generator` | no | yes | replayable |
 //!
 //! Planned connectors and the features that will hold them: Kafka (`kafka`, through
-//! `rdkafka`) and Delta change data feed (`delta`, through `deltalake`); Nexmark
-//! generators will join `rate` under `generator`. Iceberg and SQL are sink-side features
+//! `rdkafka`) and Delta change data feed (`delta`, through `deltalake`). Iceberg and SQL are sink-side features
 //! of `etlantic-sinks`.
 //!
 //! Every source decodes contract-aware through [`decode`]: a record that does not parse,
@@ -35,5 +35,7 @@ pub mod files;
 mod fsutil;
 #[cfg(feature = "memory")]
 pub mod memory;
+#[cfg(feature = "generator")]
+pub mod nexmark;
 #[cfg(feature = "generator")]
 pub mod rate;

@@ -89,6 +89,7 @@ async fn stream(data: &Path, work: &Path, max_files: usize) -> u64 {
             watermark: Some(Duration::from_secs(60)),
             late_events: LatePolicy::Drop,
             read_limit: Some(ReadLimit { max_files: Some(max_files), max_records: None }),
+            static_refresh: None,
         })
         .transform(
             TransformBuilder::new("per_minute")

@@ -51,6 +51,7 @@ pub fn pipeline_from_plan(plan: &PipelinePlan) -> Result<Pipeline> {
             watermark: s.watermark,
             late_events: s.late_events.clone(),
             read_limit: s.read_limit.clone(),
+            static_refresh: s.static_refresh,
         })
         .collect();
     let transforms = plan

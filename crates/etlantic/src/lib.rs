@@ -8,7 +8,7 @@
 //!
 //! | feature | plugins |
 //! |---|---|
-//! | always | DataFusion engine; file (JSON lines, CSV, Parquet), memory, console, rate |
+//! | always | DataFusion engine; file (JSON lines, CSV, Parquet), memory, console, rate; the `session_summary` stateful processor ([`processors`]) |
 //! | `kafka` | Kafka source and sink |
 //! | `delta` | Delta Lake sink and change-data-feed source |
 //! | `iceberg` | Iceberg sink |
@@ -28,6 +28,7 @@
 
 pub mod emit;
 pub mod generate;
+pub mod processors;
 pub mod run;
 pub mod scaffold;
 

@@ -419,6 +419,10 @@ fn main() {
             for s in etlantic_core::plugin::sink_providers() {
                 println!("  {:<12} {}", format!("{}://", s.scheme()), s.description());
             }
+            println!("Stateful processors (process steps):");
+            for p in etlantic_core::plugin::processors() {
+                println!("  {:<16} {}", p.name(), p.description());
+            }
             exit::OK
         }
     });

@@ -124,6 +124,12 @@ catalogue! {
     UNKNOWN_PARAMETER = ("ETL209", "unknown-parameter", Reference, Error,
         "A transform plan uses a runtime parameter that has no value.",
         "Give the value under `parameters:` of the transformation.");
+    UNKNOWN_PROCESSOR = ("ETL220", "unknown-processor", Reference, Error,
+        "A `process` step names a custom stateful processor that is not linked.",
+        "Use the name of a linked processor (see `etlantic plugins`), or link the crate that registers it.");
+    UNKNOWN_STATE_OPERATOR = ("ETL221", "unknown-state-operator", Reference, Error,
+        "`state_ttl` in the profile names a transformation or operator that keeps no streaming state.",
+        "Name a transformation with an aggregation, a deduplication, a join or a `process` step (or one of its operators, `<transformation>.<step>`).");
 
     // ---- semantic / contracts ----
     PORT_TYPE_MISMATCH = ("ETL301", "port-type-mismatch", Semantic, Error,
@@ -144,6 +150,9 @@ catalogue! {
     UNKNOWN_FUNCTION = ("ETL306", "unknown-function", Semantic, Error,
         "An expression calls a function that is not in the DTCS function registry.",
         "Use a registered DTCS function; engine-specific logic belongs in a SQL step.");
+    PROCESSOR_INVALID = ("ETL320", "processor-invalid", Semantic, Error,
+        "A custom stateful processor rejected the keys, time mode or options of its `process` step.",
+        "Fix the step as the message says; `etlantic plugins` lists the processors.");
 
     // ---- streaming ----
     APPEND_AGG_WITHOUT_WATERMARK = ("ETL401", "append-aggregation-without-watermark", Streaming, Error,
@@ -173,6 +182,21 @@ catalogue! {
     UPDATE_MODE_UNSUPPORTED = ("ETL409", "update-mode-unsupported", Streaming, Error,
         "The output mode is not supported by this sink or this query shape.",
         "Pick an output mode the sink declares.");
+    PROCESSOR_NEEDS_WATERMARK = ("ETL420", "processor-needs-watermark", Streaming, Error,
+        "A `process` step with `time_mode: event_time` reads an input without a watermark, so its timers would never fire.",
+        "Declare event_time and a watermark on the source, or use `time_mode: processing_time`.");
+    STATE_TTL_DROPS_RESULTS = ("ETL421", "state-ttl-drops-results", Streaming, Error,
+        "State TTL is declared for an aggregation in append mode, whose state the watermark already bounds: expiring it would drop results that were never emitted.",
+        "Remove the `state_ttl` entry (the watermark evicts the state), or use update or complete mode.");
+    OUTER_JOIN_WITHOUT_WATERMARK = ("ETL430", "outer-join-without-watermark", Streaming, Error,
+        "An outer join of two streams cannot tell when a row will never match: it needs a watermark on the nullable side and an event-time range (`time_range`), or a watermarked event-time column among the join keys.",
+        "Declare event_time and a watermark on both sources and add `time_range: {left, right, lower, upper}` to the join (Spark's rule for outer stream-stream joins).");
+    UNBOUNDED_JOIN_STATE = ("ETL431", "unbounded-join-state", Streaming, Warning,
+        "A stream-stream join keeps rows of one side that nothing evicts (that side or the other has no watermark, or the join has no time range): its state grows with the input.",
+        "Declare watermarks on both sources and a `time_range` on the join, or bound the state with `state_ttl` in the profile; progress reports its size.");
+    STATIC_SOURCE_MISUSE = ("ETL432", "static-source-misuse", Streaming, Error,
+        "A static source (`static_refresh`) is used like a stream: it declares event time, a watermark, a late-event policy or a read limit, or a sink reads only static sources.",
+        "A static source is a bounded table joined to a stream: drop the streaming settings, and join it with a streaming source before the sink.");
 
     // ---- capability ----
     BACKEND_UNSUPPORTED_ACTION = ("ETL501", "backend-unsupported-action", Capability, Error,
@@ -190,6 +214,9 @@ catalogue! {
     FORMAT_UNSUPPORTED = ("ETL505", "format-unsupported", Capability, Error,
         "A file binding names a format that no plugin reads or writes.",
         "Use format=jsonl, csv or parquet, or a file extension that implies it.");
+    STATIC_SOURCE_UNBOUNDED = ("ETL530", "static-source-unbounded", Capability, Error,
+        "A static source is bound to a plugin that cannot read it as a bounded table.",
+        "Bind the static asset to a finite file or table (file://, delta://, sqlite://...), or make it a streaming source.");
 
     // ---- guarantee / policy ----
     GUARANTEE_UNMET = ("ETL601", "guarantee-unmet", Guarantee, Error,

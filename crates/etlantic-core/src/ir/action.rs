@@ -3,7 +3,7 @@
 //! watermark dedup) are vendor actions in the `etlantic:` namespace with the same shape.
 
 use super::expr::{literal_from_json, Expr};
-use crate::streaming::Duration;
+use crate::streaming::{Duration, TimeMode};
 use indexmap::IndexMap;
 use serde_json::{json, Map, Value};
 
@@ -72,6 +72,22 @@ impl JoinType {
             _ => return None,
         })
     }
+}
+
+/// An event-time range condition of a join, the ETLantic extension `etlantic:timeRange`
+/// of `dtcs:join`: `left.<left> BETWEEN right.<right> - lower AND right.<right> + upper`,
+/// both ends inclusive (Spark's time-interval join condition). On unbounded inputs it is
+/// what lets a stream-stream join drop old state (see `docs/streaming.md`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JoinTimeRange {
+    /// The event-time column of the left side (a timestamp).
+    pub left: String,
+    /// The event-time column of the right side (a timestamp).
+    pub right: String,
+    /// How far the left time may be before the right time.
+    pub lower: Duration,
+    /// How far the left time may be after the right time.
+    pub upper: Duration,
 }
 
 /// Aggregate functions.
@@ -228,6 +244,8 @@ pub enum Action {
         predicate: Option<Expr>,
         /// Whether null keys match each other.
         null_safe: bool,
+        /// An event-time range condition (`etlantic:timeRange`), AND-ed with the keys.
+        time_range: Option<JoinTimeRange>,
     },
     /// `dtcs:union`: target ∪ other.
     Union {
@@ -297,6 +315,18 @@ pub enum Action {
         /// Key columns.
         keys: Vec<String>,
     },
+    /// `etlantic:process`: a custom stateful processor (Spark's `transformWithState`)
+    /// over the rows grouped by `keys`; its output schema is the processor's.
+    Process {
+        /// The name of a linked [`crate::plugin::ProcessorProvider`].
+        processor: String,
+        /// Grouping key columns.
+        keys: Vec<String>,
+        /// The clock its timers follow.
+        time_mode: TimeMode,
+        /// Processor options (a JSON object).
+        options: Value,
+    },
 }
 
 /// An action of a plan with its identity and the relation it applies to.
@@ -331,6 +361,7 @@ impl Action {
             Action::Explode { .. } => "dtcs:explode",
             Action::WindowAggregate { .. } => WINDOW_AGGREGATE,
             Action::DeduplicateWithinWatermark { .. } => DEDUP_WITHIN_WATERMARK,
+            Action::Process { .. } => PROCESS,
         }
     }
 
@@ -361,6 +392,7 @@ impl Action {
                 | Action::Deduplicate { .. }
                 | Action::DeduplicateWithinWatermark { .. }
                 | Action::Distinct { .. }
+                | Action::Process { .. }
         )
     }
 
@@ -402,6 +434,50 @@ impl Action {
 pub const WINDOW_AGGREGATE: &str = "etlantic:window_aggregate";
 /// The vendor action id of dedup within the watermark.
 pub const DEDUP_WITHIN_WATERMARK: &str = "etlantic:deduplicate_within_watermark";
+/// The vendor action id of a custom stateful processor.
+pub const PROCESS: &str = "etlantic:process";
+/// The vendor parameter of `dtcs:join` holding its event-time range condition.
+pub const JOIN_TIME_RANGE: &str = "etlantic:timeRange";
+
+/// Decodes `{left, right, lower, upper}` (durations as `"20 seconds"` or ISO-8601).
+pub fn decode_time_range(v: &Value) -> Result<JoinTimeRange, String> {
+    let m = v
+        .as_object()
+        .ok_or("a join time range is `{left, right, lower, upper}`")?;
+    let column = |k: &str| {
+        m.get(k)
+            .and_then(Value::as_str)
+            .map(String::from)
+            .ok_or_else(|| format!("a join time range needs `{k}` (a column name)"))
+    };
+    let bound = |k: &str| -> Result<Duration, String> {
+        match m.get(k) {
+            None | Some(Value::Null) => Ok(Duration::ZERO),
+            Some(Value::String(s)) => parse_duration_any(s),
+            Some(other) => Err(format!(
+                "join time range `{k}` must be a duration, got {other}"
+            )),
+        }
+    };
+    for k in m.keys() {
+        if !matches!(k.as_str(), "left" | "right" | "lower" | "upper") {
+            return Err(format!(
+                "unknown join time range field `{k}` (use left, right, lower, upper)"
+            ));
+        }
+    }
+    Ok(JoinTimeRange {
+        left: column("left")?,
+        right: column("right")?,
+        lower: bound("lower")?,
+        upper: bound("upper")?,
+    })
+}
+
+/// Encodes a time range as `{left, right, lower, upper}`.
+pub fn encode_time_range(r: &JoinTimeRange) -> Value {
+    json!({"left": r.left, "right": r.right, "lower": r.lower.to_string(), "upper": r.upper.to_string()})
+}
 
 fn params_get<'a>(p: &'a Map<String, Value>, keys: &[&str]) -> Option<&'a Value> {
     keys.iter().find_map(|k| p.get(*k))
@@ -688,7 +764,11 @@ pub fn decode_action(action: &str, params: &Map<String, Value>) -> Result<Action
             let predicate = params_get(params, &["predicate", "on"])
                 .map(Expr::decode)
                 .transpose()?;
-            if left_keys.is_empty() && predicate.is_none() && join_type != JoinType::Cross {
+            if left_keys.is_empty()
+                && predicate.is_none()
+                && !params.contains_key(JOIN_TIME_RANGE)
+                && join_type != JoinType::Cross
+            {
                 return Err("join needs `leftKey`/`rightKey` or a `predicate`".into());
             }
             if let Some(policy) = params.get("collisionPolicy").and_then(Value::as_str) {
@@ -697,6 +777,13 @@ pub fn decode_action(action: &str, params: &Map<String, Value>) -> Result<Action
                         "join collisionPolicy `{policy}` is not supported (use `fail`)"
                     ));
                 }
+            }
+            let time_range = params
+                .get(JOIN_TIME_RANGE)
+                .map(decode_time_range)
+                .transpose()?;
+            if time_range.is_some() && matches!(join_type, JoinType::Cross) {
+                return Err("a cross join cannot have a time range".into());
             }
             Action::Join {
                 right,
@@ -708,6 +795,7 @@ pub fn decode_action(action: &str, params: &Map<String, Value>) -> Result<Action
                     .get("nullSafe")
                     .and_then(Value::as_bool)
                     .unwrap_or(false),
+                time_range,
             }
         }
         "dtcs:union" => {
@@ -833,6 +921,7 @@ pub fn decode_action(action: &str, params: &Map<String, Value>) -> Result<Action
         DEDUP_WITHIN_WATERMARK => Action::DeduplicateWithinWatermark {
             keys: string_list(params.get("keys"))?,
         },
+        PROCESS => decode_process(params)?,
         other => return Err(format!("unsupported action `{other}`")),
     })
 }
@@ -896,6 +985,7 @@ pub fn encode_action(action: &Action) -> Option<Value> {
             right_keys,
             predicate,
             null_safe,
+            time_range,
         } => {
             let mut v = json!({"right": right, "type": join_type.name(), "nullSafe": null_safe, "collisionPolicy": "fail"});
             if !left_keys.is_empty() {
@@ -904,6 +994,9 @@ pub fn encode_action(action: &Action) -> Option<Value> {
             }
             if let Some(p) = predicate {
                 v["predicate"] = p.encode();
+            }
+            if let Some(r) = time_range {
+                v[JOIN_TIME_RANGE] = encode_time_range(r);
             }
             v
         }
@@ -963,6 +1056,52 @@ pub fn encode_action(action: &Action) -> Option<Value> {
             json!({"window": encode_window(window), "groupBy": encode_named(group_by), "aggregates": encode_aggregates(aggregates)})
         }
         Action::DeduplicateWithinWatermark { keys } => json!({"keys": keys}),
+        Action::Process {
+            processor,
+            keys,
+            time_mode,
+            options,
+        } => {
+            json!({"processor": processor, "keys": keys, "timeMode": time_mode.as_str(), "options": options})
+        }
+    })
+}
+
+fn decode_process(params: &Map<String, Value>) -> Result<Action, String> {
+    for k in params.keys() {
+        if !matches!(
+            k.as_str(),
+            "processor" | "keys" | "timeMode" | "time_mode" | "options"
+        ) {
+            return Err(format!(
+                "unknown `process` field `{k}` (processor, keys, time_mode, options)"
+            ));
+        }
+    }
+    let processor = params
+        .get("processor")
+        .and_then(Value::as_str)
+        .filter(|p| !p.is_empty())
+        .ok_or("`process` needs `processor: <name>`")?
+        .to_string();
+    let keys = string_list(params.get("keys"))?;
+    let time_mode = match params_get(params, &["timeMode", "time_mode"]) {
+        None | Some(Value::Null) => TimeMode::None,
+        Some(Value::String(s)) => TimeMode::parse(s).ok_or_else(|| {
+            format!("`time_mode` is none, processing_time or event_time, got `{s}`")
+        })?,
+        Some(other) => return Err(format!("`time_mode` must be a string, got {other}")),
+    };
+    let options = match params.get("options") {
+        None | Some(Value::Null) => json!({}),
+        Some(Value::Object(m)) => Value::Object(m.clone()),
+        Some(other) => return Err(format!("`options` must be a mapping, got {other}")),
+    };
+    Ok(Action::Process {
+        processor,
+        keys,
+        time_mode,
+        options,
     })
 }
 
@@ -1021,6 +1160,58 @@ mod tests {
     }
 
     #[test]
+    fn join_time_range_decodes_and_round_trips() {
+        let a = decode_action(
+            "dtcs:join",
+            &obj(json!({"right": "clicks", "leftKey": "ad_id", "type": "left_outer",
+                        "etlantic:timeRange": {"left": "imp_ts", "right": "click_ts", "lower": "20 seconds", "upper": "PT5S"}})),
+        )
+        .unwrap();
+        let Action::Join {
+            time_range: Some(r),
+            join_type,
+            ..
+        } = &a
+        else {
+            panic!("{a:?}")
+        };
+        assert_eq!(*join_type, JoinType::Left);
+        assert_eq!(
+            r,
+            &JoinTimeRange {
+                left: "imp_ts".into(),
+                right: "click_ts".into(),
+                lower: Duration::from_secs(20),
+                upper: Duration::from_secs(5),
+            }
+        );
+        let enc = encode_action(&a).unwrap();
+        assert_eq!(enc[JOIN_TIME_RANGE]["lower"], json!("20 seconds"));
+        assert_eq!(decode_action("dtcs:join", &obj(enc)).unwrap(), a);
+        // A time range alone is a condition; bad ranges are refused.
+        assert!(decode_action(
+            "dtcs:join",
+            &obj(json!({"right": "r", "etlantic:timeRange": {"left": "a", "right": "b"}}))
+        )
+        .is_ok());
+        for bad in [
+            json!({"left": "a"}),
+            json!({"left": "a", "right": "b", "lower": 5}),
+            json!({"left": "a", "right": "b", "within": "5 seconds"}),
+            json!({"left": "a", "right": "b", "lower": "-5 seconds"}),
+        ] {
+            assert!(
+                decode_action(
+                    "dtcs:join",
+                    &obj(json!({"right": "r", "leftKey": "k", JOIN_TIME_RANGE: bad}))
+                )
+                .is_err(),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
     fn every_action_round_trips() {
         let samples = vec![
             ("dtcs:filter", json!({"predicate": "a > 1"})),
@@ -1040,6 +1231,11 @@ mod tests {
             (
                 "dtcs:join",
                 json!({"right": "r", "leftKey": ["a", "b"], "rightKey": ["c", "d"], "type": "left"}),
+            ),
+            (
+                "dtcs:join",
+                json!({"right": "r", "leftKey": "ad", "type": "full",
+                       "etlantic:timeRange": {"left": "imp_ts", "right": "click_ts", "lower": "20 seconds", "upper": "PT0S"}}),
             ),
             (
                 "dtcs:union",

@@ -124,7 +124,15 @@ impl TransformPlanBuilder {
             self.dependencies
                 .push(json!({"from": other, "reason": "fieldRead", "to": id}));
         }
-        if id_name.starts_with("etlantic:") {
+        if id_name.starts_with("etlantic:")
+            || matches!(
+                &action,
+                Action::Join {
+                    time_range: Some(_),
+                    ..
+                }
+            )
+        {
             self.uses_extensions = true;
         }
         if matches!(
@@ -229,6 +237,7 @@ mod tests {
                 right_keys: vec!["a".into()],
                 predicate: None,
                 null_safe: false,
+                time_range: None,
             })
             .output("result", None);
         let plan = b.build().unwrap();

@@ -21,10 +21,12 @@
 pub mod action;
 pub mod builder;
 pub mod expr;
+pub mod lineage;
 pub mod types;
 
 pub use action::{
-    Action, ActionNode, AggFunc, Aggregate, JoinType, NamedExpr, SortKey, WindowKind, WindowSpec,
+    Action, ActionNode, AggFunc, Aggregate, JoinTimeRange, JoinType, NamedExpr, SortKey,
+    WindowKind, WindowSpec,
 };
 pub use builder::TransformPlanBuilder;
 pub use expr::{BinaryOp, Expr, Literal, UnaryOp};

@@ -60,13 +60,20 @@ impl PipelineBuilder {
 
     /// Adds a bounded/unbounded source without event time.
     pub fn source(self, id: impl Into<String>, asset: impl Into<String>) -> Self {
+        self.source_def(SourceDef::new(id, asset))
+    }
+
+    /// Adds a static source: read as a bounded table in streaming runs (the static side
+    /// of a stream-static join), refreshed as `refresh` says.
+    pub fn static_source(
+        self,
+        id: impl Into<String>,
+        asset: impl Into<String>,
+        refresh: StaticRefresh,
+    ) -> Self {
         self.source_def(SourceDef {
-            id: id.into(),
-            asset: asset.into(),
-            event_time: None,
-            watermark: None,
-            late_events: LatePolicy::Drop,
-            read_limit: None,
+            static_refresh: Some(refresh),
+            ..SourceDef::new(id, asset)
         })
     }
 
@@ -177,6 +184,13 @@ impl TransformBuilder {
     /// Uses a DTCS plan file.
     pub fn plan_file(mut self, path: impl Into<String>) -> Self {
         self.def.plan = Some(PlanRef::Path(path.into()));
+        self
+    }
+
+    /// Uses a DTCS plan given inline (e.g. built with
+    /// [`crate::ir::TransformPlanBuilder::to_value`]).
+    pub fn plan_inline(mut self, plan: Value) -> Self {
+        self.def.plan = Some(PlanRef::Inline(plan));
         self
     }
 

@@ -15,7 +15,7 @@ pub use steps::Step;
 
 use crate::diagnostics::{codes, Diagnostic, Diagnostics, Result};
 use crate::plugin::ReadLimit;
-use crate::streaming::{Duration, EventTime, LatePolicy, OutputMode};
+use crate::streaming::{Duration, EventTime, LatePolicy, OutputMode, StaticRefresh};
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -63,6 +63,32 @@ pub struct SourceDef {
     /// How much one micro-batch may read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_limit: Option<ReadLimit>,
+    /// Makes the source *static* in a streaming run: it is read as a bounded table (the
+    /// static side of a stream-static join), again for every micro-batch or when the
+    /// cached copy is older than an interval. Batch runs read every source bounded and
+    /// ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub static_refresh: Option<StaticRefresh>,
+}
+
+impl SourceDef {
+    /// A source of `asset` without event time, read as a stream in streaming runs.
+    pub fn new(id: impl Into<String>, asset: impl Into<String>) -> Self {
+        SourceDef {
+            id: id.into(),
+            asset: asset.into(),
+            event_time: None,
+            watermark: None,
+            late_events: LatePolicy::Drop,
+            read_limit: None,
+            static_refresh: None,
+        }
+    }
+
+    /// Whether the source is static (bounded) in a streaming run.
+    pub fn is_static(&self) -> bool {
+        self.static_refresh.is_some()
+    }
 }
 
 fn is_default_late(p: &LatePolicy) -> bool {

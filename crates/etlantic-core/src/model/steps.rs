@@ -9,6 +9,11 @@
 //!   - rename: {customer: customer_id}
 //!   - drop: [internal]
 //!   - join: {right: customers, on: [customer_id], how: left}
+//!   - join:                                     # a stream-stream join with a time bound
+//!       right: clicks
+//!       on: {left: [ad_id], right: [click_ad_id]}
+//!       how: left
+//!       time_range: {left: imp_ts, right: click_ts, lower: 20 seconds, upper: 0 seconds}
 //!   - union: {other: more_orders, by_name: true, allow_missing: false}
 //!   - aggregate: {group_by: [customer_id], aggregates: {n: "count_all()", total: "sum(total)"}}
 //!   - window_aggregate:
@@ -20,12 +25,18 @@
 //!   - distinct: true
 //!   - deduplicate: {keys: [id, ts]}              # or {keys: [id], within_watermark: true}
 //!   - explode: {column: items, as: item}
+//!   - process:                                  # a custom stateful processor
+//!       processor: session_summary
+//!       keys: [user]
+//!       time_mode: event_time                     # none | processing_time | event_time
+//!       options: {time_column: ts, gap: 30 minutes}
 //!   - action: dtcs:filter                         # any DTCS action, as in a plan
 //!     parameters: {predicate: "a > 1"}
 //! ```
 
 use crate::ir::action::{
-    decode_action, encode_action, AggFunc, Aggregate, DEDUP_WITHIN_WATERMARK, WINDOW_AGGREGATE,
+    decode_action, encode_action, AggFunc, Aggregate, DEDUP_WITHIN_WATERMARK, JOIN_TIME_RANGE,
+    PROCESS, WINDOW_AGGREGATE,
 };
 use crate::ir::{Action, Expr, NamedExpr};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -235,6 +246,19 @@ pub fn parse_step(v: &Value) -> Result<Action, String> {
             if let Some(ns) = o.get("null_safe") {
                 p.insert("nullSafe".into(), ns.clone());
             }
+            if let Some(r) = o.get("time_range") {
+                p.insert(JOIN_TIME_RANGE.into(), r.clone());
+            }
+            for k in o.keys() {
+                if !matches!(
+                    k.as_str(),
+                    "right" | "how" | "type" | "on" | "predicate" | "null_safe" | "time_range"
+                ) {
+                    return Err(format!(
+                        "unknown `join` field `{k}` (right, on, how, predicate, null_safe, time_range)"
+                    ));
+                }
+            }
             decode_action("dtcs:join", &p)
         }
         "union" => {
@@ -335,6 +359,10 @@ pub fn parse_step(v: &Value) -> Result<Action, String> {
             }
             decode_action("dtcs:explode", &p)
         }
+        "process" => {
+            let o = obj("process")?;
+            decode_action(PROCESS, o)
+        }
         other => Err(format!("unknown step kind `{other}`")),
     }
 }
@@ -376,6 +404,7 @@ mod tests {
             "rename: {a: x}",
             "join: {right: r, on: [k], how: left}",
             "join: {right: r, on: {left: [a], right: [b]}}",
+            "join: {right: r, on: [k], how: full, time_range: {left: t, right: u, lower: 1 minute, upper: 5 seconds}}",
             "union: {other: o}",
             "window_aggregate: {window: {type: session, column: ts, gap: 5 seconds}, group_by: [u], aggregates: {n: \"count_all()\"}}",
             "sort: [a, {expr: b, descending: true}]",
@@ -384,6 +413,8 @@ mod tests {
             "deduplicate: [id]",
             "deduplicate: {keys: [id], within_watermark: true}",
             "explode: {column: items, as: item}",
+            "process: {processor: p, keys: [u], time_mode: event_time, options: {gap: 5 seconds}}",
+            "process: {processor: p}",
         ] {
             let a = step(y);
             let s = Step(a.clone());
@@ -392,5 +423,35 @@ mod tests {
         }
         let v: Value = serde_yaml::from_str("frobnicate: 1").unwrap();
         assert!(parse_step(&v).unwrap_err().contains("unknown step kind"));
+        for (bad, why) in [
+            ("process: {keys: [u]}", "needs `processor"),
+            ("process: {processor: p, time_mode: sometimes}", "time_mode"),
+            (
+                "process: {processor: p, key: [u]}",
+                "unknown `process` field",
+            ),
+            (
+                "process: {processor: p, options: [1]}",
+                "`options` must be a mapping",
+            ),
+        ] {
+            let v: Value = serde_yaml::from_str(bad).unwrap();
+            let e = parse_step(&v).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+        match step("process: {processor: p, keys: [u], time_mode: eventTime}") {
+            Action::Process {
+                processor,
+                keys,
+                time_mode,
+                options,
+            } => {
+                assert_eq!(processor, "p");
+                assert_eq!(keys, ["u"]);
+                assert_eq!(time_mode, crate::streaming::TimeMode::EventTime);
+                assert_eq!(options, json!({}));
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -1,8 +1,9 @@
 //! Plugin contracts and their registry.
 //!
-//! Sources, sinks, backends and engine-specific transformation implementations register
-//! themselves with [`inventory::submit!`]; the facade links the ones its cargo features
-//! enable, and profiles resolve bindings to them by URI scheme. A third-party crate adds
+//! Sources, sinks, backends, engine-specific transformation implementations and custom
+//! stateful processors ([`processor`]) register themselves with [`inventory::submit!`];
+//! the facade links the ones its cargo features enable, and profiles resolve bindings to
+//! them by URI scheme (pipelines name processors in `process` steps). A third-party crate adds
 //! a plugin the same way:
 //!
 //! ```text
@@ -12,10 +13,15 @@
 //! ```
 
 mod backend;
+pub mod processor;
 mod sink;
 mod source;
 
 pub use backend::{Backend, BackendCapabilities, RegionKind, StepLogic, StepTask, TransformImpl};
+pub use processor::{
+    ExpiredTimer, GroupKey, ListState, MapState, ProcessorContext, ProcessorInit,
+    ProcessorProvider, ProcessorSpec, StatefulProcessor, TimerValues, ValueState,
+};
 pub use sink::{Sink, SinkBatch, SinkCapabilities, SinkContext, SinkProvider, WriteOutcome};
 pub use source::{
     ReadLimit, Source, SourceBatch, SourceCapabilities, SourceContext, SourceProvider,
@@ -29,11 +35,14 @@ pub struct SinkRegistration(pub &'static dyn SinkProvider);
 pub struct BackendRegistration(pub &'static dyn Backend);
 /// Registers a [`TransformImpl`].
 pub struct TransformImplRegistration(pub &'static dyn TransformImpl);
+/// Registers a [`ProcessorProvider`] (a custom stateful processor, see [`processor`]).
+pub struct ProcessorRegistration(pub &'static dyn ProcessorProvider);
 
 inventory::collect!(SourceRegistration);
 inventory::collect!(SinkRegistration);
 inventory::collect!(BackendRegistration);
 inventory::collect!(TransformImplRegistration);
+inventory::collect!(ProcessorRegistration);
 
 /// Every linked source provider.
 pub fn source_providers() -> impl Iterator<Item = &'static dyn SourceProvider> {
@@ -79,4 +88,16 @@ pub fn backend(name: &str) -> Option<&'static dyn Backend> {
 /// An engine-specific transformation by name.
 pub fn transform_impl(name: &str) -> Option<&'static dyn TransformImpl> {
     transform_impls().find(|t| t.name() == name)
+}
+
+/// Every linked custom stateful processor.
+pub fn processors() -> impl Iterator<Item = &'static dyn ProcessorProvider> {
+    inventory::iter::<ProcessorRegistration>
+        .into_iter()
+        .map(|r| r.0)
+}
+
+/// A custom stateful processor by name.
+pub fn processor(name: &str) -> Option<&'static dyn ProcessorProvider> {
+    processors().find(|p| p.name() == name)
 }

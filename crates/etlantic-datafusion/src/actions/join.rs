@@ -7,6 +7,9 @@
 //!   for semi and anti joins, which output the left columns only.
 //! - Null keys never match unless `nullSafe`; the optional predicate is three-valued (a
 //!   null predicate is no match).
+//! - An event-time range (`etlantic:timeRange`) adds
+//!   `left.t >= right.t - lower AND left.t <= right.t + upper` to the condition (both
+//!   sides timestamps, compared at microsecond precision; a null time matches nothing).
 //! - Output columns: the left ones in order, then the right ones in order.
 //! - Output order (when required downstream): left-major, then right order; unmatched
 //!   right rows last. Semi and anti joins keep the left order.
@@ -22,7 +25,7 @@ use datafusion::common::{Column, NullEquality, TableReference};
 use datafusion::logical_expr::logical_plan::builder::build_join_schema;
 use datafusion::logical_expr::Expr as DfExpr;
 use datafusion::logical_expr::{
-    cast, ExprFunctionExt, ExprSchemable, Join, JoinConstraint, JoinType as DfJoinType,
+    cast, lit, ExprFunctionExt, ExprSchemable, Join, JoinConstraint, JoinType as DfJoinType,
     LogicalPlan, LogicalPlanBuilder,
 };
 use datafusion::prelude::DataFrame;
@@ -73,6 +76,7 @@ pub(crate) fn join(
         right_keys,
         predicate,
         null_safe,
+        time_range,
         ..
     } = action
     else {
@@ -128,6 +132,29 @@ pub(crate) fn join(
         key_types.push((lt, rt, t));
     }
 
+    // Time-range columns must be timestamps.
+    let time_zones = match time_range {
+        None => None,
+        Some(r) => {
+            let tz = |rel: &Relation, schema, c: &str, side: &str| -> Result<Option<Arc<str>>> {
+                rel.require(c)
+                    .map_err(|e| error::prefixed(e, &format!("{side} time-range column")))?;
+                let t = rel.col(c).get_type(schema).df("join time range")?;
+                match t {
+                    DataType::Timestamp(_, tz) => Ok(tz),
+                    other => Err(error::type_mismatch(format!(
+                        "join time range: `{c}` ({side} side) is {}, not a timestamp",
+                        describe(&other)
+                    ))),
+                }
+            };
+            Some((
+                tz(&left, lschema.as_ref(), &r.left, "left")?,
+                tz(&right, rschema.as_ref(), &r.right, "right")?,
+            ))
+        }
+    };
+
     let want_order = demand == Demand::Require;
     let keep_left_order = semi_anti && demand != Demand::None;
     let left_ordered = left.ordered;
@@ -152,6 +179,26 @@ pub(crate) fn join(
         .as_ref()
         .map(|p| compile_predicate(p, &scope))
         .transpose()?;
+    let filter = match time_range {
+        None => filter,
+        Some(r) => {
+            let (ltz, rtz) = time_zones.expect("checked with the range");
+            let micros = |side: &str, c: &str, tz: Option<Arc<str>>| {
+                let us = DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, tz);
+                cast(cast(qcol(side, c), us), DataType::Int64)
+            };
+            let lt = micros(LEFT, &r.left, ltz);
+            let rt = micros(RIGHT, &r.right, rtz);
+            let cond = lt
+                .clone()
+                .gt_eq(rt.clone() - lit(r.lower.as_micros()))
+                .and(lt.lt_eq(rt + lit(r.upper.as_micros())));
+            Some(match filter {
+                Some(f) => f.and(cond),
+                None => cond,
+            })
+        }
+    };
 
     let on: Vec<(DfExpr, DfExpr)> = left_keys
         .iter()

@@ -77,6 +77,10 @@ pub(crate) fn apply(
                 ordering::first_per_key(target, keys, false, demand)
             }
         }
+        // Run in stages by `crate::staged`, never compiled into a data frame.
+        Action::Process { processor, .. } => Err(error::unsupported(format!(
+            "the processor step `{processor}` runs staged, not inside a compiled plan"
+        ))),
         Action::Explode {
             column,
             alias,

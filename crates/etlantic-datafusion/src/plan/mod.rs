@@ -118,6 +118,7 @@ mod tests {
                     right_keys: vec![],
                     predicate: None,
                     null_safe: false,
+                    time_range: None,
                 },
             }],
             outputs,

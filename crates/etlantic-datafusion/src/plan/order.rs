@@ -65,6 +65,8 @@ pub(crate) fn input_demand(op: &Action, out: Demand) -> (Demand, Demand) {
         | Action::Distinct { .. }
         | Action::Deduplicate { .. }
         | Action::DeduplicateWithinWatermark { .. } => (Demand::Require, Demand::None),
+        // A processor sees each key's rows in input order.
+        Action::Process { .. } => (Demand::Require, Demand::None),
     }
 }
 
@@ -118,6 +120,7 @@ mod tests {
             right_keys: vec!["k".into()],
             predicate: None,
             null_safe: false,
+            time_range: None,
         };
         let sort = Action::Sort {
             keys: vec![SortKey {

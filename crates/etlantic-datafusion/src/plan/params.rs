@@ -59,6 +59,7 @@ pub(crate) fn bind_action(action: &Action, params: &IndexMap<String, Value>) -> 
             right_keys,
             predicate,
             null_safe,
+            time_range,
         } => Action::Join {
             right: right.clone(),
             join_type: *join_type,
@@ -66,6 +67,7 @@ pub(crate) fn bind_action(action: &Action, params: &IndexMap<String, Value>) -> 
             right_keys: right_keys.clone(),
             predicate: predicate.as_ref().map(|p| bind(p, params)).transpose()?,
             null_safe: *null_safe,
+            time_range: time_range.clone(),
         },
         Action::Aggregate {
             group_by,

@@ -16,6 +16,7 @@
 //! Every operator snapshots its whole state as one Arrow record batch per version.
 
 use super::accumulators::{Acc, Accumulators, AggSpec};
+use super::ttl::{StateTtl, ROWS_REMOVED_BY_TTL, UPDATED_COLUMN};
 use arrow::array::{
     Array, ArrayRef, BooleanArray, Int64Array, RecordBatch, TimestampMicrosecondArray, UInt32Array,
 };
@@ -40,6 +41,10 @@ pub struct OpContext {
     pub output_mode: OutputMode,
     /// Process late rows as if on time (late policy `accept`).
     pub accept_late: bool,
+    /// The micro-batch's processing time: its batch timestamp from the write-ahead log
+    /// (epoch ms), the same when the batch is replayed. State TTL and processing-time
+    /// timers follow it.
+    pub processing_time_ms: i64,
 }
 
 /// What an operator produced for one micro-batch.
@@ -54,6 +59,17 @@ pub struct OpOutput {
     /// Where the late rows are in the input: (index of the input batch, rows), so the
     /// runtime can route the rows as they were before the operator's input preparation.
     pub late_index: Vec<(usize, Vec<u32>)>,
+}
+
+/// What a two-input operator (a stream-stream join) produced for one micro-batch.
+#[derive(Debug, Default)]
+pub struct PairOutput {
+    /// Rows for the next step.
+    pub rows: Vec<RecordBatch>,
+    /// Late rows of the left and the right input, as they entered the operator.
+    pub late: [Option<RecordBatch>; 2],
+    /// Number of late rows of each input.
+    pub late_count: [u64; 2],
 }
 
 /// State size metrics (Spark's `stateOperators[]`).
@@ -84,6 +100,20 @@ pub trait StatefulOperator: Send {
     fn output_schema(&self) -> SchemaRef;
     /// Processes one micro-batch (empty for a no-data batch).
     fn process(&mut self, input: &[RecordBatch], ctx: &OpContext) -> Result<OpOutput>;
+    /// Processes one micro-batch of an operator with two inputs (a stream-stream join,
+    /// see [`super::join`]): `left` is the step's target, `right` its secondary input.
+    /// One-input operators keep the default, which refuses.
+    fn process_pair(
+        &mut self,
+        _left: &[RecordBatch],
+        _right: &[RecordBatch],
+        _ctx: &OpContext,
+    ) -> Result<PairOutput> {
+        Err(Error::new(
+            &codes::ENGINE_ERROR,
+            format!("the `{}` operator reads one input", self.name()),
+        ))
+    }
     /// The whole state as one batch.
     fn snapshot(&self) -> Result<RecordBatch>;
     /// Replaces the state with a snapshot.
@@ -94,6 +124,31 @@ pub trait StatefulOperator: Send {
     /// (Spark's `shouldRunAnotherBatch`).
     fn needs_no_data_batch(&self, _mode: OutputMode) -> bool {
         true
+    }
+    /// Whether the operator has work due without new input — a timer at or behind the
+    /// watermark (`watermark_ms`, `None` without one) or at or before the processing time
+    /// `now_ms` — so the driver runs a no-data micro-batch for it.
+    fn has_due_work(&self, _watermark_ms: Option<i64>, _now_ms: i64) -> bool {
+        false
+    }
+    /// Expires state rows not updated for `ttl` of processing time (the profile's
+    /// `state_ttl`, see [`super::ttl`]). Operators that keep no such state refuse.
+    fn set_state_ttl(&mut self, ttl: etlantic_core::streaming::Duration) -> Result<()> {
+        Err(Error::new(
+            &codes::UNKNOWN_STATE_OPERATOR,
+            format!(
+                "the `{}` operator does not support a state TTL ({ttl})",
+                self.name()
+            ),
+        ))
+    }
+    /// Operator-specific figures of the last micro-batch (progress `customMetrics`).
+    fn custom_metrics(&self) -> Vec<(&'static str, u64)> {
+        vec![]
+    }
+    /// Called when the query stops.
+    fn close(&mut self) -> Result<()> {
+        Ok(())
     }
 }
 
@@ -151,6 +206,9 @@ struct Group {
     event_key: Option<i64>,
     accs: Vec<Acc>,
     updated: bool,
+    /// Processing time of its last update (epoch ms); `None` when restored from a
+    /// checkpoint that did not record it.
+    updated_ms: Option<i64>,
 }
 
 /// Window and plain group-by aggregation.
@@ -166,6 +224,12 @@ pub struct AggregateOperator {
     /// Session windows: key bytes → sessions sorted by start, never overlapping.
     sessions: HashMap<Vec<u8>, Vec<Group>>,
     metrics: StateMetrics,
+    /// Groups not updated for this long (processing time) are evicted.
+    ttl: Option<StateTtl>,
+    /// Groups evicted by the TTL in the last micro-batch.
+    ttl_removed: u64,
+    /// The processing time of the micro-batch being processed (epoch ms).
+    now_ms: i64,
 }
 
 fn key_fields(layout: &AggregateLayout) -> Vec<Field> {
@@ -203,6 +267,9 @@ impl AggregateOperator {
             index: HashMap::new(),
             sessions: HashMap::new(),
             metrics: StateMetrics::default(),
+            ttl: None,
+            ttl_removed: 0,
+            now_ms: 0,
         })
     }
 
@@ -315,6 +382,7 @@ impl AggregateOperator {
         row: usize,
         inputs: &[super::accumulators::AggInput],
     ) -> Result<()> {
+        let now_ms = self.now_ms;
         let list = self.sessions.entry(key.to_vec()).or_default();
         // Sessions that overlap or touch [start, end) merge with it.
         let mut merged = Group {
@@ -324,6 +392,7 @@ impl AggregateOperator {
             event_key: None,
             accs: self.accs.init(),
             updated: true,
+            updated_ms: Some(now_ms),
         };
         self.accs.update(&mut merged.accs, inputs, row)?;
         let mut keep = Vec::with_capacity(list.len() + 1);
@@ -345,6 +414,7 @@ impl AggregateOperator {
             self.accs.merge(&mut acc.accs, &g.accs);
         }
         acc.updated = true;
+        acc.updated_ms = Some(now_ms);
         keep.push(acc);
         keep.sort_by_key(|g| g.start);
         *list = keep;
@@ -370,6 +440,10 @@ impl StatefulOperator for AggregateOperator {
         let mut late_batches = Vec::new();
         let mut updated = 0u64;
         let mut windows = Vec::new();
+        let now_ms = ctx.processing_time_ms;
+        self.now_ms = now_ms;
+        // Groups whose TTL ran out are gone before the input is applied.
+        self.ttl_removed = self.expire_ttl(now_ms);
         for (batch_index, batch) in input.iter().enumerate().filter(|(_, b)| b.num_rows() > 0) {
             let key_cols = self.key_columns(batch)?;
             let rows = self.keys.convert_columns(&key_cols).map_err(engine)?;
@@ -427,12 +501,14 @@ impl StatefulOperator for AggregateOperator {
                                 event_key,
                                 accs: self.accs.init(),
                                 updated: false,
+                                updated_ms: Some(now_ms),
                             });
                             self.index.insert(key_buf.clone(), self.groups.len() - 1);
                             self.groups.len() - 1
                         }
                     };
                     let g = &mut self.groups[gi];
+                    g.updated_ms = Some(now_ms);
                     if !g.updated {
                         g.updated = true;
                         updated += 1;
@@ -499,7 +575,7 @@ impl StatefulOperator for AggregateOperator {
         self.metrics = StateMetrics {
             rows_total: after,
             rows_updated: updated,
-            rows_removed: evicted.len() as u64,
+            rows_removed: evicted.len() as u64 + self.ttl_removed,
             memory_bytes: self.memory_bytes(),
         };
         Ok(out)
@@ -511,6 +587,7 @@ impl StatefulOperator for AggregateOperator {
             Field::new("__start", DataType::Int64, false),
             Field::new("__end", DataType::Int64, false),
             Field::new("__event_key", DataType::Int64, true),
+            Field::new(UPDATED_COLUMN, DataType::Int64, true),
         ];
         let mut cols: Vec<ArrayRef> = vec![
             Arc::new(Int64Array::from(
@@ -520,6 +597,7 @@ impl StatefulOperator for AggregateOperator {
                 groups.iter().map(|g| g.end).collect::<Vec<_>>(),
             )),
             Arc::new(groups.iter().map(|g| g.event_key).collect::<Int64Array>()),
+            Arc::new(groups.iter().map(|g| g.updated_ms).collect::<Int64Array>()),
         ];
         let key_fields = key_fields(&self.layout);
         let key_cols = self
@@ -571,6 +649,10 @@ impl StatefulOperator for AggregateOperator {
             .downcast_ref::<Int64Array>()
             .expect("i64")
             .clone();
+        // Checkpoints written before TTL existed have no update times.
+        let updated_ms = state
+            .column_by_name(UPDATED_COLUMN)
+            .and_then(|c| c.as_any().downcast_ref::<Int64Array>().cloned());
         let key_cols: Vec<ArrayRef> = key_fields(&self.layout)
             .iter()
             .map(|f| col(&format!("__key_{}", f.name())))
@@ -589,6 +671,9 @@ impl StatefulOperator for AggregateOperator {
                 event_key: ek.is_valid(i).then(|| ek.value(i)),
                 accs: a,
                 updated: false,
+                updated_ms: updated_ms
+                    .as_ref()
+                    .and_then(|u| u.is_valid(i).then(|| u.value(i))),
             };
             if session {
                 self.sessions
@@ -616,6 +701,18 @@ impl StatefulOperator for AggregateOperator {
     fn needs_no_data_batch(&self, mode: OutputMode) -> bool {
         mode != OutputMode::Complete
     }
+
+    fn set_state_ttl(&mut self, ttl: etlantic_core::streaming::Duration) -> Result<()> {
+        self.ttl = Some(StateTtl::new(ttl)?);
+        Ok(())
+    }
+
+    fn custom_metrics(&self) -> Vec<(&'static str, u64)> {
+        match self.ttl {
+            Some(_) => vec![(ROWS_REMOVED_BY_TTL, self.ttl_removed)],
+            None => vec![],
+        }
+    }
 }
 
 impl AggregateOperator {
@@ -633,9 +730,41 @@ impl AggregateOperator {
         (self.groups.len() + self.sessions.values().map(Vec::len).sum::<usize>()) as u64
     }
 
+    /// Evicts the groups whose TTL ran out at `now_ms`; returns how many.
+    fn expire_ttl(&mut self, now_ms: i64) -> u64 {
+        let Some(ttl) = self.ttl else { return 0 };
+        let mut removed = 0u64;
+        for list in self.sessions.values_mut() {
+            let before = list.len();
+            list.retain(|g| !ttl.expired(g.updated_ms, now_ms));
+            removed += (before - list.len()) as u64;
+        }
+        self.sessions.retain(|_, l| !l.is_empty());
+        if self
+            .groups
+            .iter()
+            .any(|g| ttl.expired(g.updated_ms, now_ms))
+        {
+            let before = self.groups.len();
+            self.groups.retain(|g| !ttl.expired(g.updated_ms, now_ms));
+            removed += (before - self.groups.len()) as u64;
+            self.reindex();
+        }
+        removed
+    }
+
+    fn reindex(&mut self) {
+        self.index.clear();
+        for (i, g) in self.groups.iter().enumerate() {
+            let mut k = g.start.to_be_bytes().to_vec();
+            k.extend_from_slice(g.key.row().as_ref());
+            self.index.insert(k, i);
+        }
+    }
+
     fn memory_bytes(&self) -> u64 {
         let per_group =
-            |g: &Group| 64 + g.key.row().as_ref().len() as u64 + 24 * g.accs.len() as u64;
+            |g: &Group| 72 + g.key.row().as_ref().len() as u64 + 24 * g.accs.len() as u64;
         self.groups.iter().map(per_group).sum::<u64>()
             + self.sessions.values().flatten().map(per_group).sum::<u64>()
     }
@@ -691,6 +820,12 @@ pub struct DedupOperator {
     /// key bytes → event time (µs) of the first occurrence, or expiry for within mode;
     /// `None` when the key carries no event time.
     seen: HashMap<Vec<u8>, Option<i64>>,
+    /// key bytes → processing time (epoch ms) it was first seen, for the TTL.
+    first_seen_ms: HashMap<Vec<u8>, i64>,
+    /// Keys are forgotten this long (processing time) after they were first seen.
+    ttl: Option<StateTtl>,
+    /// Keys forgotten by the TTL in the last micro-batch.
+    ttl_removed: u64,
     metrics: StateMetrics,
 }
 
@@ -728,6 +863,9 @@ impl DedupOperator {
             time_column,
             within_delay_us,
             seen: HashMap::new(),
+            first_seen_ms: HashMap::new(),
+            ttl: None,
+            ttl_removed: 0,
             metrics: StateMetrics::default(),
         })
     }
@@ -759,6 +897,22 @@ impl StatefulOperator for DedupOperator {
         let mut out = OpOutput::default();
         let mut late_batches = Vec::new();
         let mut updated = 0;
+        let now_ms = ctx.processing_time_ms;
+        // Keys whose TTL ran out are forgotten before the input is checked.
+        self.ttl_removed = 0;
+        if let Some(ttl) = self.ttl {
+            let expired: Vec<Vec<u8>> = self
+                .seen
+                .keys()
+                .filter(|k| ttl.expired(self.first_seen_ms.get(*k).copied(), now_ms))
+                .cloned()
+                .collect();
+            for k in expired {
+                self.seen.remove(&k);
+                self.first_seen_ms.remove(&k);
+                self.ttl_removed += 1;
+            }
+        }
         let before = self.seen.len() as u64;
         for (batch_index, batch) in input.iter().enumerate().filter(|(_, b)| b.num_rows() > 0) {
             let cols: Vec<ArrayRef> = self
@@ -804,6 +958,7 @@ impl StatefulOperator for DedupOperator {
                     None => ts,
                 };
                 self.seen.insert(key.to_vec(), value);
+                self.first_seen_ms.insert(key.to_vec(), now_ms);
                 updated += 1;
                 keep.push(true);
             }
@@ -831,13 +986,15 @@ impl StatefulOperator for DedupOperator {
         if ctx.has_watermark && self.evictable() {
             let wm = ctx.evict_watermark_us;
             self.seen.retain(|_, v| v.is_none_or(|t| t > wm));
+            let seen = &self.seen;
+            self.first_seen_ms.retain(|k, _| seen.contains_key(k));
         }
         let after = self.seen.len() as u64;
         self.metrics = StateMetrics {
             rows_total: after,
             rows_updated: updated,
-            rows_removed: (before + updated).saturating_sub(after),
-            memory_bytes: self.seen.keys().map(|k| k.len() as u64 + 32).sum(),
+            rows_removed: (before + updated).saturating_sub(after) + self.ttl_removed,
+            memory_bytes: self.seen.keys().map(|k| k.len() as u64 + 40).sum(),
         };
         Ok(out)
     }
@@ -848,9 +1005,14 @@ impl StatefulOperator for DedupOperator {
         let keys =
             arrow::array::BinaryArray::from_iter_values(entries.iter().map(|(k, _)| k.as_slice()));
         let values: Int64Array = entries.iter().map(|(_, v)| **v).collect();
+        let first_seen: Int64Array = entries
+            .iter()
+            .map(|(k, _)| self.first_seen_ms.get(*k).copied())
+            .collect();
         RecordBatch::try_from_iter(vec![
             ("__key", Arc::new(keys) as ArrayRef),
             ("__value", Arc::new(values) as ArrayRef),
+            (UPDATED_COLUMN, Arc::new(first_seen) as ArrayRef),
         ])
         .map_err(engine)
     }
@@ -875,10 +1037,33 @@ impl StatefulOperator for DedupOperator {
                 )
             })
             .collect();
+        // Checkpoints written before TTL existed have no first-seen times.
+        self.first_seen_ms = match state
+            .column_by_name(UPDATED_COLUMN)
+            .and_then(|c| c.as_any().downcast_ref::<Int64Array>().cloned())
+        {
+            Some(t) => (0..state.num_rows())
+                .filter(|i| t.is_valid(*i))
+                .map(|i| (keys.value(i).to_vec(), t.value(i)))
+                .collect(),
+            None => HashMap::new(),
+        };
         Ok(())
     }
 
     fn metrics(&self) -> StateMetrics {
         self.metrics
+    }
+
+    fn set_state_ttl(&mut self, ttl: etlantic_core::streaming::Duration) -> Result<()> {
+        self.ttl = Some(StateTtl::new(ttl)?);
+        Ok(())
+    }
+
+    fn custom_metrics(&self) -> Vec<(&'static str, u64)> {
+        match self.ttl {
+            Some(_) => vec![(ROWS_REMOVED_BY_TTL, self.ttl_removed)],
+            None => vec![],
+        }
     }
 }

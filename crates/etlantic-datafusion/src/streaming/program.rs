@@ -35,6 +35,20 @@ pub struct StatefulUnit {
     pub sources: Vec<String>,
     /// Whether any of them is watermarked.
     pub watermarked: bool,
+    /// The second input of a two-input operator (a stream-stream join), else `None`.
+    pub secondary: Option<SecondaryInput>,
+}
+
+/// The second input of a two-input stateful unit (the right side of a stream-stream
+/// join; the step's target is the first).
+#[derive(Clone, Debug)]
+pub struct SecondaryInput {
+    /// The relation read.
+    pub relation: String,
+    /// The late-event policy of the sources feeding it.
+    pub late_policy: LatePolicy,
+    /// The sources feeding it.
+    pub sources: Vec<String>,
 }
 
 /// A piece of a transformation.
@@ -75,6 +89,8 @@ pub struct SourceInfo {
     pub delay_us: Option<i64>,
     /// Late policy.
     pub late: LatePolicy,
+    /// A static source (`static_refresh`): read as a bounded table each micro-batch.
+    pub is_static: bool,
 }
 
 fn schema_of(rel: &str, schemas: &HashMap<String, SchemaRef>) -> Result<SchemaRef> {
@@ -123,6 +139,35 @@ pub fn build_transform(
     }
     let mut units: Vec<Unit> = Vec::new();
     let mut run: Vec<ActionNode> = Vec::new();
+    // Relations fed by static sources only are bounded tables in every micro-batch.
+    let is_static = |fed: &[String]| {
+        !fed.is_empty()
+            && fed
+                .iter()
+                .all(|s| sources.get(s).is_some_and(|i| i.is_static))
+    };
+    // Event-time columns through the steps (stream-stream joins need them per side).
+    let lineage = if decoded
+        .steps
+        .iter()
+        .any(|s| matches!(s.op, Action::Join { .. }))
+    {
+        let ports = inputs
+            .keys()
+            .map(|port| {
+                let cols = feeders
+                    .get(port)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|s| sources.get(s).and_then(|i| i.event_time.clone()))
+                    .collect();
+                (port.clone(), cols)
+            })
+            .collect();
+        etlantic_core::ir::lineage::event_time_lineage(&decoded.steps, ports)
+    } else {
+        HashMap::new()
+    };
     for step in &decoded.steps {
         let mut fed: Vec<String> = feeders.get(&step.target).cloned().unwrap_or_default();
         for s in step.op.secondary_inputs() {
@@ -131,7 +176,42 @@ pub fn build_transform(
         fed.sort();
         fed.dedup();
         feeders.insert(step.id.clone(), fed.clone());
-        if !step.op.is_stateful() {
+        // A join of two streams keeps both sides in state; a join with a static side is
+        // an ordinary join of each micro-batch with the static table.
+        if let Action::Join { right, .. } = &step.op {
+            let left_fed = feeders.get(&step.target).cloned().unwrap_or_default();
+            let right_fed = feeders.get(right).cloned().unwrap_or_default();
+            if !is_static(&left_fed) && !is_static(&right_fed) {
+                if !run.is_empty() {
+                    units.push(Unit::Stateless {
+                        steps: std::mem::take(&mut run),
+                        outputs: vec![],
+                    });
+                }
+                let lineage_of = |rel: &str| lineage.get(rel).cloned().unwrap_or_default();
+                let unit = super::join::join_unit(
+                    format!("{}.{}", task.id, step.id),
+                    step,
+                    super::join::JoinInput {
+                        relation: &step.target,
+                        sources: left_fed,
+                        event_columns: lineage_of(&step.target),
+                    },
+                    super::join::JoinInput {
+                        relation: right,
+                        sources: right_fed,
+                        event_columns: lineage_of(right),
+                    },
+                    schemas,
+                    &parameters,
+                    sources,
+                )?;
+                schemas.insert(step.id.clone(), unit.op.output_schema());
+                units.push(Unit::Stateful(Box::new(unit)));
+                continue;
+            }
+        }
+        if !step.op.is_stateful() || is_static(&fed) {
             let schema = crate::streaming::stateless::step_schema(step, schemas, &parameters)?;
             schemas.insert(step.id.clone(), schema);
             run.push(step.clone());
@@ -281,6 +361,29 @@ pub fn build_transform(
                     vec![],
                 )
             }
+            Action::Process {
+                processor,
+                keys,
+                time_mode,
+                options,
+            } => {
+                let time = event_cols
+                    .first()
+                    .cloned()
+                    .filter(|c| input.field_with_name(c).is_ok());
+                (
+                    Box::new(super::processor::ProcessorOperator::new(
+                        processor,
+                        keys,
+                        *time_mode,
+                        options,
+                        input.clone(),
+                        time,
+                        etlantic_core::streaming::ExecutionMode::Streaming,
+                    )?),
+                    vec![],
+                )
+            }
             other => {
                 return Err(Error::new(
                     &codes::UNSUPPORTED_STREAMING_OP,
@@ -297,6 +400,7 @@ pub fn build_transform(
             late_policy,
             sources: fed,
             watermarked,
+            secondary: None,
         })));
     }
     if !run.is_empty() {

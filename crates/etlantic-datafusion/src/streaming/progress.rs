@@ -187,3 +187,43 @@ impl ProgressBuilder {
         Value::Object(self.record)
     }
 }
+
+/// Operator id → operator-specific figures of the last micro-batch
+/// ([`super::operators::StatefulOperator::custom_metrics`]).
+pub type CustomMetrics = Vec<(String, Vec<(&'static str, u64)>)>;
+
+/// The custom metrics of every stateful operator of a program.
+pub fn custom_metrics_of(transforms: &[super::program::TransformUnit]) -> CustomMetrics {
+    transforms
+        .iter()
+        .flat_map(|t| t.units.iter())
+        .filter_map(|u| match u {
+            super::program::Unit::Stateful(s) => {
+                let m = s.op.custom_metrics();
+                (!m.is_empty()).then(|| (s.id.clone(), m))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Adds `customMetrics` (Spark's name) to the `stateOperators[]` entries of a progress
+/// record, matched by `operatorId`.
+pub fn attach_custom_metrics(record: &mut Value, metrics: &CustomMetrics) {
+    let Some(ops) = record
+        .get_mut("stateOperators")
+        .and_then(Value::as_array_mut)
+    else {
+        return;
+    };
+    for op in ops.iter_mut() {
+        let Some(id) = op.get("operatorId").and_then(Value::as_str) else {
+            continue;
+        };
+        if let Some((_, m)) = metrics.iter().find(|(i, _)| i == id) {
+            let custom: Map<String, Value> =
+                m.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
+            op["customMetrics"] = Value::Object(custom);
+        }
+    }
+}

@@ -25,6 +25,7 @@ use super::program::{
     build_transform, gather_rows, prepare_input, SourceInfo, TransformUnit, Unit,
 };
 use super::progress::{ProgressBuilder, SourceProgress, StateProgress};
+use super::static_source::StaticSource;
 use super::watermark::WatermarkTracker;
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
@@ -67,6 +68,10 @@ pub struct StreamingOptions {
     pub stop: Arc<AtomicBool>,
     /// Stop after this many micro-batches (processing-time trigger), if set.
     pub max_batches: Option<u64>,
+    /// The processing-time clock: batch timestamps (hence state TTL and processing-time
+    /// timers) come from it. The system clock unless a test injects a
+    /// [`super::clock::ManualClock`].
+    pub clock: super::clock::Clock,
 }
 
 impl StreamingOptions {
@@ -79,6 +84,7 @@ impl StreamingOptions {
             on_progress: None,
             stop: Arc::new(AtomicBool::new(false)),
             max_batches: None,
+            clock: super::clock::system_clock(),
         }
     }
 }
@@ -150,6 +156,8 @@ pub struct StreamingQuery {
     query_id: String,
     run_id: String,
     sources: Vec<SourceRt>,
+    /// Static sources: bounded tables read for the micro-batches (stream-static joins).
+    statics: Vec<StaticSource>,
     sinks: Vec<SinkRt>,
     side_sinks: HashMap<String, usize>,
     transforms: Vec<TransformUnit>,
@@ -177,10 +185,17 @@ fn io(e: impl std::fmt::Display) -> Error {
 /// triggers and profile names may change between runs.
 pub fn compatibility_fingerprint(plan: &PipelinePlan) -> String {
     let v = json!({
-        "sources": plan.sources.iter().map(|s| json!({
-            "id": s.id, "schema": plan.assets.get(&s.asset).map(|a| serde_json::to_value(&a.schema).expect("serialises")),
-            "eventTime": s.event_time, "watermark": s.watermark,
-        })).collect::<Vec<_>>(),
+        "sources": plan.sources.iter().map(|s| {
+            let mut v = json!({
+                "id": s.id, "schema": plan.assets.get(&s.asset).map(|a| serde_json::to_value(&a.schema).expect("serialises")),
+                "eventTime": s.event_time, "watermark": s.watermark,
+            });
+            if s.static_refresh.is_some() {
+                // Static or streaming is part of the query (refresh policies may change).
+                v["static"] = json!(true);
+            }
+            v
+        }).collect::<Vec<_>>(),
         "transforms": plan.transforms.iter().map(|t| json!({
             "id": t.id, "inputs": t.inputs, "logic": match &t.logic {
                 PlanLogic::Portable { dtcs_fingerprint, parameters, output, .. } => json!({"dtcs": dtcs_fingerprint, "parameters": parameters, "output": output}),
@@ -233,6 +248,7 @@ impl StreamingQuery {
 
         // Sources.
         let mut sources = Vec::new();
+        let mut statics = Vec::new();
         let mut delays = BTreeMap::new();
         for (n, s) in plan.sources.iter().enumerate() {
             let contract = plan.asset_contract(&s.asset)?;
@@ -243,6 +259,20 @@ impl StreamingQuery {
                     format!("no source plugin for `{}`", uri.scheme),
                 )
             })?;
+            if let Some(refresh) = s.static_refresh {
+                // Read bounded, like a batch run reads it.
+                let source = provider.create(SourceContext {
+                    asset: s.asset.clone(),
+                    uri,
+                    schema: contract.arrow_schema(),
+                    contract: Some(contract),
+                    root: opts.root.clone(),
+                    mode: ExecutionMode::Batch,
+                    state_dir: None,
+                })?;
+                statics.push(StaticSource::new(&s.id, source, refresh));
+                continue;
+            }
             let source = provider.create(SourceContext {
                 asset: s.asset.clone(),
                 uri,
@@ -268,6 +298,7 @@ impl StreamingQuery {
                     event_time,
                     delay_us: s.watermark.map(|d| d.as_micros()),
                     late: s.late_events.clone(),
+                    is_static: false,
                 },
             });
         }
@@ -314,7 +345,7 @@ impl StreamingQuery {
             .collect();
 
         // Program.
-        let source_infos: HashMap<String, SourceInfo> = sources
+        let mut source_infos: HashMap<String, SourceInfo> = sources
             .iter()
             .map(|s| {
                 (
@@ -323,6 +354,7 @@ impl StreamingQuery {
                         event_time: s.info.event_time.clone(),
                         delay_us: s.info.delay_us,
                         late: s.info.late.clone(),
+                        is_static: false,
                     },
                 )
             })
@@ -335,6 +367,23 @@ impl StreamingQuery {
             .iter()
             .map(|s| (s.id.clone(), s.source.schema()))
             .collect();
+        for (st, s) in statics
+            .iter()
+            .zip(plan.sources.iter().filter(|s| s.static_refresh.is_some()))
+        {
+            let schema = plan.asset_contract(&s.asset)?.arrow_schema();
+            source_infos.insert(
+                st.id.clone(),
+                SourceInfo {
+                    event_time: None,
+                    delay_us: None,
+                    late: LatePolicy::Drop,
+                    is_static: true,
+                },
+            );
+            upstream.insert(st.id.clone(), vec![st.id.clone()]);
+            node_schemas.insert(st.id.clone(), schema);
+        }
         let mut transforms = Vec::new();
         for t in &plan.transforms {
             let task = plan.step_task(&t.id)?;
@@ -369,6 +418,7 @@ impl StreamingQuery {
             transforms.push(unit);
         }
 
+        super::ttl::apply_profile_ttl(&plan.profile.state_ttl, &mut transforms)?;
         let watermark = WatermarkTracker::new(delays, plan.profile.watermark_policy);
         let quarantine = {
             let uri = resolve_uri(&plan.profile.quarantine)?;
@@ -385,6 +435,7 @@ impl StreamingQuery {
             query_id: metadata.id,
             run_id: uuid::Uuid::new_v4().to_string(),
             sources,
+            statics,
             sinks,
             side_sinks,
             transforms,
@@ -556,12 +607,34 @@ impl StreamingQuery {
         self.close().await
     }
 
-    /// Closes sinks.
+    /// Closes sinks (and the stateful operators).
     pub async fn close(&mut self) -> Result<()> {
         for s in self.sinks.iter_mut() {
             s.sink.close().await?;
         }
+        for t in self.transforms.iter_mut() {
+            for u in t.units.iter_mut() {
+                if let Unit::Stateful(s) = u {
+                    s.op.close()?;
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// Whether a stateful operator has a timer due now (processing time from the clock,
+    /// event time from the watermark in force).
+    fn has_due_work(&self) -> bool {
+        let watermark = self
+            .watermark
+            .is_active()
+            .then(|| self.watermark.current_ms());
+        let now = (self.opts.clock)();
+        self.transforms.iter().any(|t| {
+            t.units
+                .iter()
+                .any(|u| matches!(u, Unit::Stateful(s) if s.op.has_due_work(watermark, now)))
+        })
     }
 
     /// Runs at most one micro-batch; returns whether one ran.
@@ -615,13 +688,25 @@ impl StreamingQuery {
             );
         }
         if !any {
+            // Timers that are due without new input — a processing-time timer the clock
+            // passed, an event-time timer at or behind the watermark — run a no-data batch.
+            if self.plan.profile.no_data_batches && self.has_due_work() {
+                let entry = self.entry("no_data", |s| {
+                    (
+                        s.position.clone().map(|o| o.0),
+                        s.position.clone().map(|o| o.0),
+                    )
+                });
+                self.execute(entry, false).await?;
+                return Ok(true);
+            }
             return Ok(false);
         }
         let _latest_ms = started.elapsed();
         let entry = OffsetEntry {
             batch_watermark_ms: self.watermark.current_ms(),
             late_watermark_ms: self.prev_watermark_ms,
-            batch_timestamp_ms: Utc::now().timestamp_millis(),
+            batch_timestamp_ms: (self.opts.clock)(),
             kind: "data".into(),
             sources: ranges,
             conf: self.conf(),
@@ -652,7 +737,7 @@ impl StreamingQuery {
         OffsetEntry {
             batch_watermark_ms: self.watermark.current_ms(),
             late_watermark_ms: self.prev_watermark_ms,
-            batch_timestamp_ms: Utc::now().timestamp_millis(),
+            batch_timestamp_ms: (self.opts.clock)(),
             kind: kind.into(),
             sources: self
                 .sources
@@ -742,6 +827,11 @@ impl StreamingQuery {
             }
             relations.insert(s.id.clone(), table);
         }
+        for st in self.statics.iter_mut() {
+            let (table, bad) = st.table(entry.batch_timestamp_ms).await?;
+            rejected.extend(bad);
+            relations.insert(st.id.clone(), table);
+        }
         progress.duration("getBatch", t_read.elapsed());
         stats.rejected = rejected.len() as u64;
         // A replayed batch may have quarantined records before the crash: those are not
@@ -763,6 +853,7 @@ impl StreamingQuery {
             has_watermark: false,
             output_mode: OutputMode::Append,
             accept_late: false,
+            processing_time_ms: entry.batch_timestamp_ms,
         };
         let output_modes: HashMap<String, OutputMode> = self
             .plan
@@ -809,6 +900,19 @@ impl StreamingQuery {
                     Unit::Stateless { steps, outputs } => {
                         super::stateless::run_steps(steps, outputs, &mut local, &t.parameters)
                             .await?;
+                    }
+                    Unit::Stateful(s) if s.secondary.is_some() => {
+                        // Two inputs: a stream-stream join (see `super::join`).
+                        let ctx = OpContext {
+                            has_watermark: s.watermarked,
+                            output_mode: mode,
+                            ..ctx_base
+                        };
+                        let run = super::join::run_pair_unit(s, &local, &ctx)?;
+                        stats.late += run.late_count;
+                        late_routes.extend(run.late_routes);
+                        state_progress.push(run.progress);
+                        local.insert(s.step.id.clone(), run.output);
                     }
                     Unit::Stateful(s) => {
                         let input = local.get(&s.step.target).cloned().ok_or_else(|| {
@@ -986,7 +1090,8 @@ impl StreamingQuery {
                 }
             })
             .collect();
-        let value = progress.finish(
+        let custom = super::progress::custom_metrics_of(&self.transforms);
+        let mut value = progress.finish(
             &stats_view(
                 &stats,
                 self.watermark.is_active().then_some(batch_watermark),
@@ -1004,6 +1109,7 @@ impl StreamingQuery {
                 .is_active()
                 .then(|| self.watermark.current_ms()),
         );
+        super::progress::attach_custom_metrics(&mut value, &custom);
         self.checkpoint.append_progress(&value)?;
         if let Some(l) = &self.opts.on_progress {
             l(&value);

@@ -163,6 +163,7 @@ impl Fixture {
                     .map(|(_, d)| d.parse::<Duration>().expect("duration")),
                 late_events: s.late,
                 read_limit: s.read_limit,
+                static_refresh: None,
             });
         let binding = s
             .binding
@@ -261,8 +262,13 @@ impl Fixture {
 
     /// Plans and starts the query.
     pub async fn start(&self) -> Running<'_> {
+        self.start_with(self.options()).await
+    }
+
+    /// Plans and starts the query with these options (e.g. an injected clock).
+    pub async fn start_with(&self, options: StreamingOptions) -> Running<'_> {
         let plan = self.plan();
-        let query = StreamingQuery::start(&plan, self.options())
+        let query = StreamingQuery::start(&plan, options)
             .await
             .unwrap_or_else(|e| panic!("cannot start: {e}"));
         Running {

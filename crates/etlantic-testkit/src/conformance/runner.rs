@@ -18,6 +18,7 @@ use etlantic_sinks::memory::MemorySink;
 use etlantic_sources::memory::MemoryStream;
 use serde_json::Value;
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 /// The outcome of one scenario.
 #[derive(Clone, Debug)]
@@ -217,15 +218,31 @@ async fn run_inner(path: &Path) -> Result<Vec<String>, String> {
         .ok_or("the scenario has no expected result")?;
     for (source, stream) in &sp.streams {
         let contract = plan.asset_contract(source).map_err(|e| e.to_string())?;
-        MemoryStream::register(stream, contract.arrow_schema());
+        let schema = contract.arrow_schema();
+        MemoryStream::register(stream, schema.clone());
+        // A static table is there from the start (and read whole for every micro-batch).
+        let spec = &s.sources[source];
+        if spec.is_static {
+            MemoryStream::push(stream, to_batch(&schema, &spec.rows)?)
+                .map_err(|e| e.to_string())?;
+        }
     }
     MemorySink::clear(&sp.sink);
-    let mut query = StreamingQuery::start(
-        &plan,
-        StreamingOptions::new(dir.path(), dir.path().join("checkpoint")),
-    )
-    .await
-    .map_err(|e| format!("cannot start: {e}"))?;
+    let progress: Arc<Mutex<Vec<Value>>> = Arc::new(Mutex::new(Vec::new()));
+    let mut opts = StreamingOptions::new(dir.path(), dir.path().join("checkpoint"));
+    let sink = progress.clone();
+    opts.on_progress = Some(Arc::new(move |p: &Value| {
+        sink.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(p.clone())
+    }));
+    let mut query = StreamingQuery::start(&plan, opts)
+        .await
+        .map_err(|e| format!("cannot start: {e}"))?;
+    // Spark's join state metrics are exact (one state row per buffered input row), so
+    // they are compared for stream-stream joins; for aggregations they are informative.
+    let compare_state = s.query.get("kind").and_then(Value::as_str) == Some("stream_stream_join");
+    let mut seen_progress = 0usize;
     let mut problems = Vec::new();
     let columns = &expected.output_columns;
     let mut seen_writes = 0usize;
@@ -272,6 +289,15 @@ async fn run_inner(path: &Path) -> Result<Vec<String>, String> {
             ));
         }
         let after = query.watermark_ms();
+        let records: Vec<Value> = {
+            let all = progress.lock().unwrap_or_else(|e| e.into_inner());
+            let new = all[seen_progress..].to_vec();
+            seen_progress = all.len();
+            new
+        };
+        if compare_state {
+            problems.extend(compare_join_state(i, &records, &exp.micro_batches));
+        }
         if let Some(w) = &exp.watermark_during {
             if *w != iso_ms(during) {
                 problems.push(format!(
@@ -306,6 +332,42 @@ async fn run_inner(path: &Path) -> Result<Vec<String>, String> {
     }
     MemorySink::clear(&sp.sink);
     Ok(problems)
+}
+
+/// Compares the join operator's state rows after a scenario batch, and the rows it
+/// dropped as late, with Spark's `numRowsTotal` and `numRowsDroppedByWatermark`.
+fn compare_join_state(batch: usize, ours: &[Value], spark: &[Value]) -> Vec<String> {
+    let op = |p: &Value, k: &str| -> u64 {
+        p["stateOperators"]
+            .as_array()
+            .and_then(|a| a.first())
+            .and_then(|o| o[k].as_u64())
+            .unwrap_or(0)
+    };
+    let mut problems = Vec::new();
+    let want_rows = spark.last().and_then(|m| m["state_rows_total"].as_u64());
+    let got_rows = ours.last().map(|p| op(p, "numRowsTotal"));
+    if let (Some(w), Some(g)) = (want_rows, got_rows) {
+        if w != g {
+            problems.push(format!(
+                "batch {batch}: join state rows: Spark {w}, ours {g}"
+            ));
+        }
+    }
+    let want_late: u64 = spark
+        .iter()
+        .filter_map(|m| m["dropped_by_watermark"].as_u64())
+        .sum();
+    let got_late: u64 = ours
+        .iter()
+        .map(|p| op(p, "numRowsDroppedByWatermark"))
+        .sum();
+    if want_late != got_late {
+        problems.push(format!(
+            "batch {batch}: rows dropped by the watermark: Spark {want_late}, ours {got_late}"
+        ));
+    }
+    problems
 }
 
 /// Runs every `*.json` scenario of a directory, in name order.

@@ -4,13 +4,15 @@
 
 use super::scenario::{Column, Scenario};
 use etlantic_core::ir::{
-    Action, AggFunc, Aggregate, BinaryOp, Expr, Literal, NamedExpr, UnaryOp, WindowKind, WindowSpec,
+    Action, AggFunc, Aggregate, BinaryOp, Expr, JoinTimeRange, JoinType, Literal, NamedExpr,
+    TransformPlanBuilder, UnaryOp, WindowKind, WindowSpec,
 };
 use etlantic_core::model::{Pipeline, SourceDef, TransformBuilder};
 use etlantic_core::profile::Profile;
 use etlantic_core::streaming::{
-    Duration, EventTime, ExecutionMode, LatePolicy, OutputMode, Trigger,
+    Duration, EventTime, ExecutionMode, LatePolicy, OutputMode, StaticRefresh, Trigger,
 };
+use indexmap::IndexMap;
 use serde_json::{json, Value};
 
 /// The pipeline for a scenario, its profile, and the names of the memory tables used.
@@ -223,6 +225,29 @@ pub fn scenario_pipeline(s: &Scenario, tag: &str) -> Result<ScenarioPipeline, St
                         .to_string();
                     vec![(src, q.get("watermark").map(watermark).transpose()?)]
                 }
+                "stream_stream_join" => ["left", "right"]
+                    .iter()
+                    .map(|side| {
+                        let input = q
+                            .get(*side)
+                            .ok_or_else(|| format!("stream_stream_join without `{side}`"))?;
+                        let src = input
+                            .get("source")
+                            .and_then(Value::as_str)
+                            .ok_or_else(|| format!("`{side}` without source"))?
+                            .to_string();
+                        Ok((src, input.get("watermark").map(watermark).transpose()?))
+                    })
+                    .collect::<Result<_, String>>()?,
+                "stream_static_join" => {
+                    let src = |k: &str| {
+                        q.get(k)
+                            .and_then(Value::as_str)
+                            .map(String::from)
+                            .ok_or_else(|| format!("stream_static_join without `{k}`"))
+                    };
+                    vec![(src("stream")?, None), (src("static")?, None)]
+                }
                 other => {
                     return Err(format!(
                         "query kind `{other}` is not supported by the embedded runtime yet"
@@ -245,6 +270,10 @@ pub fn scenario_pipeline(s: &Scenario, tag: &str) -> Result<ScenarioPipeline, St
         streams.push((name.clone(), stream));
     }
     for (src, wm) in &inputs {
+        let spec = s
+            .sources
+            .get(src)
+            .ok_or_else(|| format!("the query reads unknown source `{src}`"))?;
         b = b.source_def(SourceDef {
             id: src.clone(),
             asset: src.clone(),
@@ -255,6 +284,8 @@ pub fn scenario_pipeline(s: &Scenario, tag: &str) -> Result<ScenarioPipeline, St
             watermark: wm.as_ref().map(|(_, d)| *d),
             late_events: LatePolicy::Drop,
             read_limit: None,
+            // A static table is a memory source read whole for every micro-batch.
+            static_refresh: spec.is_static.then_some(StaticRefresh::PerBatch),
         });
     }
     let schema = &s.sources[&inputs[0].0].schema;
@@ -363,6 +394,9 @@ pub fn scenario_pipeline(s: &Scenario, tag: &str) -> Result<ScenarioPipeline, St
                 },
             });
         }
+        "stream_stream_join" | "stream_static_join" => {
+            t = join_transform(s, kind, &inputs[0].0, &inputs[1].0)?;
+        }
         _ => unreachable!("checked above"),
     }
     b = b.transform(t);
@@ -394,6 +428,127 @@ pub fn scenario_pipeline(s: &Scenario, tag: &str) -> Result<ScenarioPipeline, St
         streams,
         sink,
     })
+}
+
+/// A join query as a transformation: the right side's columns that collide with left
+/// ones are renamed (`right_<name>`) before the join, so that `select` can pick either;
+/// then the join (keys, type, time range) and the projection of `select`.
+fn join_transform(
+    s: &Scenario,
+    kind: &str,
+    left: &str,
+    right: &str,
+) -> Result<TransformBuilder, String> {
+    let q = &s.query;
+    let (lname, rname) = if kind == "stream_static_join" {
+        ("stream", "static")
+    } else {
+        ("left", "right")
+    };
+    let lcols: Vec<&str> = s.sources[left]
+        .schema
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    let mut renamed: IndexMap<String, String> = IndexMap::new();
+    for c in &s.sources[right].schema {
+        if lcols.contains(&c.name.as_str()) {
+            let mut n = format!("right_{}", c.name);
+            while lcols.contains(&n.as_str()) {
+                n = format!("_{n}");
+            }
+            renamed.insert(c.name.clone(), n);
+        }
+    }
+    let right_name = |c: &str| renamed.get(c).cloned().unwrap_or_else(|| c.to_string());
+    let mut left_keys = Vec::new();
+    let mut right_keys = Vec::new();
+    for k in q
+        .get("keys")
+        .and_then(Value::as_array)
+        .ok_or("a join query without keys")?
+    {
+        let side = |n: &str| {
+            k.get(n)
+                .and_then(Value::as_str)
+                .map(String::from)
+                .ok_or_else(|| format!("join key without `{n}`"))
+        };
+        left_keys.push(side(lname)?);
+        right_keys.push(right_name(&side(rname)?));
+    }
+    let join_type = match q.get("join_type").and_then(Value::as_str) {
+        Some(t) => JoinType::parse(t).ok_or_else(|| format!("unknown join type `{t}`"))?,
+        None => JoinType::Inner,
+    };
+    let time_range = match q.get("time_range") {
+        None | Some(Value::Null) => None,
+        Some(r) => {
+            let get = |k: &str| r.get(k).ok_or_else(|| format!("time_range without `{k}`"));
+            Some(JoinTimeRange {
+                left: get("left")?.as_str().ok_or("bad time_range")?.to_string(),
+                right: right_name(get("right")?.as_str().ok_or("bad time_range")?),
+                lower: duration(get("lower")?)?,
+                upper: duration(get("upper")?)?,
+            })
+        }
+    };
+    let select = q
+        .get("select")
+        .and_then(Value::as_array)
+        .ok_or("a join query without select")?
+        .iter()
+        .map(|item| {
+            let col = item
+                .get("col")
+                .and_then(Value::as_str)
+                .ok_or("select item without col")?;
+            let from = item
+                .get("from")
+                .and_then(Value::as_str)
+                .ok_or("select item without from")?;
+            let name = item.get("as").and_then(Value::as_str).unwrap_or(col);
+            let source_col = if from == rname {
+                right_name(col)
+            } else if from == lname {
+                col.to_string()
+            } else {
+                return Err(format!("select item from unknown side `{from}`"));
+            };
+            Ok(NamedExpr {
+                name: name.to_string(),
+                expr: Expr::col(&source_col),
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let mut pb = TransformPlanBuilder::new("query")
+        .input(left, None)
+        .input(right, None);
+    let right_rel = if renamed.is_empty() {
+        right.to_string()
+    } else {
+        pb = pb
+            .from_input(right)
+            .step(Action::RenameFields { mapping: renamed });
+        pb.current().expect("a step").to_string()
+    };
+    pb = pb
+        .from_input(left)
+        .step(Action::Join {
+            right: right_rel,
+            join_type,
+            left_keys,
+            right_keys,
+            predicate: None,
+            null_safe: false,
+            time_range,
+        })
+        .step(Action::Project { fields: select })
+        .output("result", None);
+    Ok(TransformBuilder::new("query")
+        .input(left, left)
+        .input(right, right)
+        .plan_inline(pb.to_value()))
 }
 
 fn watermark(v: &Value) -> Result<(String, Duration), String> {

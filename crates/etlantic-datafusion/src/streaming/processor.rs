@@ -1,0 +1,1068 @@
+//! The custom stateful processor operator (`etlantic:process`, Spark's
+//! `transformWithState`): runs a linked [`StatefulProcessor`] over the input grouped by
+//! key, with its typed state, timers and TTL in an operator state store that is
+//! snapshotted and restored like every other operator's.
+//!
+//! One micro-batch, in this order:
+//! 1. with `time_mode: event_time`, input rows at or behind the previous micro-batch's
+//!    watermark are late (handled by the late-event policy, like dedup's);
+//! 2. `handle_input_rows` once per key that has rows, keys in order of first appearance,
+//!    rows in input order;
+//! 3. every expired timer — event time: `timer <= watermark`; processing time:
+//!    `timer <= batch timestamp` — in (time, key) order, each removed before its
+//!    `handle_expired_timer` runs; timers registered by those handlers fire in a later
+//!    micro-batch (the driver runs a no-data micro-batch when one is already due);
+//! 4. state whose TTL ran out (processing time) is removed; keys with neither state nor
+//!    timers are dropped.
+//!
+//! Emitted rows go to the next step in emission order. The snapshot is one Arrow batch
+//! with a row per stored value, list element, map entry and timer:
+//! `__key_<column>...` (the key), `__kind` (`value` | `list` | `map` | `timer`),
+//! `__state` (the state variable), `__map_key` and `__value` (JSON bytes),
+//! `__expires_ms` (TTL) and `__timer_ms`.
+//!
+//! In a batch run ([`ProcessorOperator::run_bounded`]) the whole input is one
+//! micro-batch without a watermark, and then every event-time timer fires once.
+
+use super::operators::{micros, OpContext, OpOutput, StateMetrics, StatefulOperator};
+use super::ttl::ROWS_REMOVED_BY_TTL;
+use arrow::array::{
+    Array, ArrayRef, BinaryArray, Int64Array, RecordBatch, StringArray, UInt32Array,
+};
+use arrow::compute::{concat_batches, filter_record_batch, take_record_batch};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::row::{RowConverter, SortField};
+use etlantic_core::diagnostics::{codes, Error, Result};
+use etlantic_core::plugin::processor::{
+    Emitted, ExpiredTimer, GroupKey, KeyState, ProcessorContext, ProcessorCounters, ProcessorInit,
+    ProcessorSpec, Slot, StateDecl, StateKind, StatefulProcessor, StoredValue, TimerValues,
+};
+use etlantic_core::streaming::{ExecutionMode, OutputMode, TimeMode};
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+fn engine(e: impl std::fmt::Display) -> Error {
+    Error::new(&codes::ENGINE_ERROR, e.to_string())
+}
+
+struct Entry {
+    key: Arc<GroupKey>,
+    state: KeyState,
+}
+
+/// Figures of the last micro-batch.
+#[derive(Clone, Copy, Debug, Default)]
+struct BatchFigures {
+    counters: ProcessorCounters,
+    timers_fired: u64,
+    ttl_removed: u64,
+}
+
+/// The operator of a `process` step.
+pub struct ProcessorOperator {
+    name: String,
+    processor: Box<dyn StatefulProcessor>,
+    decls: Vec<StateDecl>,
+    time_mode: TimeMode,
+    keys: Vec<String>,
+    key_schema: SchemaRef,
+    converter: RowConverter,
+    out_schema: SchemaRef,
+    /// The watermarked event-time column, for late rows (event-time mode only).
+    event_time: Option<String>,
+    /// Key bytes (Arrow row format) → state; ordered, so iteration is deterministic.
+    store: BTreeMap<Vec<u8>, Entry>,
+    figures: BatchFigures,
+    metrics: StateMetrics,
+}
+
+impl ProcessorOperator {
+    /// Creates the processor `name` for a step over rows of `input`, grouped by `keys`,
+    /// and runs its `init`. In batch runs state TTL is dropped.
+    pub fn new(
+        name: &str,
+        keys: &[String],
+        time_mode: TimeMode,
+        options: &Value,
+        input: SchemaRef,
+        event_time: Option<String>,
+        mode: ExecutionMode,
+    ) -> Result<Self> {
+        let provider = etlantic_core::plugin::processor(name).ok_or_else(|| {
+            let linked: Vec<&str> = etlantic_core::plugin::processors()
+                .map(|p| p.name())
+                .collect();
+            Error::from(
+                etlantic_core::Diagnostic::new(
+                    &codes::UNKNOWN_PROCESSOR,
+                    format!("no linked stateful processor is named `{name}`"),
+                )
+                .help(format!("Linked processors: {linked:?}.")),
+            )
+        })?;
+        let key_fields = keys
+            .iter()
+            .map(|k| {
+                input.field_with_name(k).cloned().map_err(|_| {
+                    Error::new(
+                        &codes::UNKNOWN_COLUMN,
+                        format!("key `{k}` of processor `{name}` is not an input column"),
+                    )
+                })
+            })
+            .collect::<Result<Vec<Field>>>()?;
+        let key_schema = Arc::new(Schema::new(key_fields.clone()));
+        let converter = RowConverter::new(if key_fields.is_empty() {
+            vec![SortField::new(DataType::Boolean)]
+        } else {
+            key_fields
+                .iter()
+                .map(|f| SortField::new(f.data_type().clone()))
+                .collect()
+        })
+        .map_err(engine)?;
+        let spec = ProcessorSpec {
+            input_schema: input.clone(),
+            keys: keys.to_vec(),
+            time_mode,
+            options: if options.is_null() {
+                Value::Object(Default::default())
+            } else {
+                options.clone()
+            },
+        };
+        let mut processor = provider.create(&spec)?;
+        let mut init = ProcessorInit::new(time_mode, mode);
+        processor.init(&mut init)?;
+        let mut decls = init.into_decls();
+        if mode == ExecutionMode::Batch {
+            for d in decls.iter_mut() {
+                d.ttl = None;
+            }
+        }
+        let out_schema = processor.output_schema();
+        Ok(ProcessorOperator {
+            name: name.to_string(),
+            processor,
+            decls,
+            time_mode,
+            keys: keys.to_vec(),
+            key_schema,
+            converter,
+            out_schema,
+            event_time: event_time.filter(|_| time_mode == TimeMode::EventTime),
+            store: BTreeMap::new(),
+            figures: BatchFigures::default(),
+            metrics: StateMetrics::default(),
+        })
+    }
+
+    /// The processor's name.
+    pub fn processor_name(&self) -> &str {
+        &self.name
+    }
+
+    fn key_columns(&self, batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
+        if self.keys.is_empty() {
+            return Ok(vec![Arc::new(arrow::array::BooleanArray::from(vec![
+                true;
+                batch
+                    .num_rows(
+                    )
+            ]))]);
+        }
+        self.keys
+            .iter()
+            .map(|k| {
+                batch
+                    .column_by_name(k)
+                    .cloned()
+                    .ok_or_else(|| engine(format!("the processor input has no key column `{k}`")))
+            })
+            .collect()
+    }
+
+    /// The key of row `i` of `batch` as a [`GroupKey`].
+    fn group_key(&self, batch: &RecordBatch, i: usize) -> Result<GroupKey> {
+        let cols: Vec<ArrayRef> = self
+            .keys
+            .iter()
+            .map(|k| batch.column_by_name(k).expect("checked").slice(i, 1))
+            .collect();
+        let b = if cols.is_empty() {
+            RecordBatch::new_empty(self.key_schema.clone())
+        } else {
+            RecordBatch::try_new(self.key_schema.clone(), cols).map_err(engine)?
+        };
+        GroupKey::new(b)
+    }
+
+    /// Rows that are not late, and the late rows with their positions.
+    fn split_late(
+        &self,
+        input: &[RecordBatch],
+        ctx: &OpContext,
+        out: &mut OpOutput,
+    ) -> Result<Vec<RecordBatch>> {
+        let mut kept = Vec::new();
+        let mut late_batches = Vec::new();
+        for (bi, b) in input.iter().enumerate().filter(|(_, b)| b.num_rows() > 0) {
+            let col = match &self.event_time {
+                Some(c) if ctx.has_watermark && !ctx.accept_late => b.column_by_name(c),
+                _ => None,
+            };
+            let Some(col) = col else {
+                kept.push(b.clone());
+                continue;
+            };
+            let t = micros(col)?;
+            let late: Vec<u32> = (0..b.num_rows())
+                .filter(|i| t.is_valid(*i) && t.value(*i) <= ctx.late_watermark_us)
+                .map(|i| i as u32)
+                .collect();
+            if late.is_empty() {
+                kept.push(b.clone());
+                continue;
+            }
+            let keep: arrow::array::BooleanArray = (0..b.num_rows())
+                .map(|i| Some(!(t.is_valid(i) && t.value(i) <= ctx.late_watermark_us)))
+                .collect();
+            kept.push(filter_record_batch(b, &keep).map_err(engine)?);
+            out.late_count += late.len() as u64;
+            late_batches
+                .push(take_record_batch(b, &UInt32Array::from(late.clone())).map_err(engine)?);
+            out.late_index.push((bi, late));
+        }
+        if let Some(first) = late_batches.first() {
+            out.late = Some(concat_batches(&first.schema(), &late_batches).map_err(engine)?);
+        }
+        Ok(kept)
+    }
+
+    /// Runs `handle_input_rows` for every key of `kept`.
+    fn handle_input(
+        &mut self,
+        kept: &[RecordBatch],
+        times: TimerValues,
+        output_mode: OutputMode,
+        emitted: &mut Vec<Emitted>,
+    ) -> Result<()> {
+        let kept: Vec<&RecordBatch> = kept.iter().filter(|b| b.num_rows() > 0).collect();
+        let Some(first) = kept.first() else {
+            return Ok(());
+        };
+        let batch = concat_batches(&first.schema(), kept.iter().copied()).map_err(engine)?;
+        let rows = self
+            .converter
+            .convert_columns(&self.key_columns(&batch)?)
+            .map_err(engine)?;
+        let mut order: Vec<Vec<u8>> = Vec::new();
+        let mut groups: HashMap<Vec<u8>, Vec<u32>> = HashMap::new();
+        for i in 0..batch.num_rows() {
+            let row = rows.row(i);
+            let k = row.as_ref();
+            match groups.get_mut(k) {
+                Some(v) => v.push(i as u32),
+                None => {
+                    order.push(k.to_vec());
+                    groups.insert(k.to_vec(), vec![i as u32]);
+                }
+            }
+        }
+        for k in order {
+            let idx = groups.remove(&k).expect("grouped");
+            if !self.store.contains_key(&k) {
+                let key = Arc::new(self.group_key(&batch, idx[0] as usize)?);
+                self.store.insert(
+                    k.clone(),
+                    Entry {
+                        key,
+                        state: KeyState::new(self.decls.len()),
+                    },
+                );
+            }
+            let rows = take_record_batch(&batch, &UInt32Array::from(idx)).map_err(engine)?;
+            let entry = self.store.get_mut(&k).expect("inserted");
+            let key = entry.key.clone();
+            let mut ctx = ProcessorContext::new(
+                &mut entry.state,
+                &self.decls,
+                self.time_mode,
+                output_mode,
+                times,
+                None,
+                emitted,
+                &mut self.figures.counters,
+            );
+            self.processor
+                .handle_input_rows(&key, &rows, &mut ctx)
+                .map_err(|e| self.in_processor(e))?;
+        }
+        Ok(())
+    }
+
+    /// Fires the timers for which `due` holds, in (time, key) order; returns how many.
+    fn fire_timers(
+        &mut self,
+        due: impl Fn(i64) -> bool,
+        times: TimerValues,
+        output_mode: OutputMode,
+        emitted: &mut Vec<Emitted>,
+    ) -> Result<u64> {
+        let mut expired: Vec<(i64, Vec<u8>)> = self
+            .store
+            .iter()
+            .flat_map(|(k, e)| {
+                e.state
+                    .timers
+                    .iter()
+                    .take_while(|t| due(**t))
+                    .map(move |t| (*t, k.clone()))
+            })
+            .collect();
+        expired.sort();
+        let mut fired = 0;
+        for (t, k) in expired {
+            let Some(entry) = self.store.get_mut(&k) else {
+                continue;
+            };
+            if !entry.state.timers.remove(&t) {
+                continue;
+            }
+            fired += 1;
+            let key = entry.key.clone();
+            let mut ctx = ProcessorContext::new(
+                &mut entry.state,
+                &self.decls,
+                self.time_mode,
+                output_mode,
+                times,
+                Some(t),
+                emitted,
+                &mut self.figures.counters,
+            );
+            self.processor
+                .handle_expired_timer(
+                    &key,
+                    ExpiredTimer {
+                        time_ms: t,
+                        mode: self.time_mode,
+                    },
+                    &mut ctx,
+                )
+                .map_err(|e| self.in_processor(e))?;
+        }
+        Ok(fired)
+    }
+
+    fn in_processor(&self, e: Error) -> Error {
+        let name = self.name.clone();
+        e.map_diagnostics(|mut d| {
+            if !d.message.contains(&name) {
+                d.message = format!("processor `{name}`: {}", d.message);
+            }
+            d
+        })
+    }
+
+    /// Converts emitted rows into batches of the output schema, in emission order.
+    fn to_batches(&self, emitted: Vec<Emitted>) -> Result<Vec<RecordBatch>> {
+        let mut out = Vec::new();
+        let mut rows: Vec<Value> = Vec::new();
+        let flush = |rows: &mut Vec<Value>, out: &mut Vec<RecordBatch>| -> Result<()> {
+            if rows.is_empty() {
+                return Ok(());
+            }
+            let mut decoder = arrow::json::ReaderBuilder::new(self.out_schema.clone())
+                .with_strict_mode(true)
+                .build_decoder()
+                .map_err(engine)?;
+            decoder.serialize(rows).map_err(|e| {
+                self.in_processor(Error::new(
+                    &codes::ENGINE_ERROR,
+                    format!("an emitted row does not match the output schema: {e}"),
+                ))
+            })?;
+            if let Some(b) = decoder.flush().map_err(|e| {
+                self.in_processor(Error::new(
+                    &codes::ENGINE_ERROR,
+                    format!("an emitted row does not match the output schema: {e}"),
+                ))
+            })? {
+                out.push(b);
+            }
+            rows.clear();
+            Ok(())
+        };
+        for e in emitted {
+            match e {
+                Emitted::Row(v) => rows.push(v),
+                Emitted::Batch(b) => {
+                    flush(&mut rows, &mut out)?;
+                    let same = b.schema().fields().len() == self.out_schema.fields().len()
+                        && b.schema()
+                            .fields()
+                            .iter()
+                            .zip(self.out_schema.fields())
+                            .all(|(a, o)| a.name() == o.name() && a.data_type() == o.data_type());
+                    if !same {
+                        return Err(self.in_processor(Error::new(
+                            &codes::ENGINE_ERROR,
+                            format!(
+                                "an emitted batch has schema {:?}, not the output schema {:?}",
+                                b.schema().fields(),
+                                self.out_schema.fields()
+                            ),
+                        )));
+                    }
+                    out.push(
+                        RecordBatch::try_new(self.out_schema.clone(), b.columns().to_vec())
+                            .map_err(|e| self.in_processor(engine(e)))?,
+                    );
+                }
+            }
+        }
+        flush(&mut rows, &mut out)?;
+        Ok(out)
+    }
+
+    fn finish_batch(&mut self, now_ms: Option<i64>) {
+        let mut ttl_removed = 0;
+        if let Some(now) = now_ms {
+            for e in self.store.values_mut() {
+                ttl_removed += e.state.expire(now);
+            }
+        }
+        self.store.retain(|_, e| !e.state.is_empty());
+        self.figures.ttl_removed = ttl_removed;
+        let c = self.figures.counters;
+        let total = self.rows_total();
+        self.metrics = StateMetrics {
+            rows_total: total,
+            rows_updated: c.rows_written + c.timers_registered,
+            rows_removed: c.rows_removed
+                + c.timers_deleted
+                + self.figures.timers_fired
+                + ttl_removed,
+            memory_bytes: self
+                .store
+                .iter()
+                .map(|(k, e)| 48 + k.len() as u64 + e.state.memory_bytes())
+                .sum(),
+        };
+    }
+
+    fn rows_total(&self) -> u64 {
+        self.store
+            .values()
+            .map(|e| e.state.entries() + e.state.timers.len() as u64)
+            .sum()
+    }
+
+    /// Runs the processor over a bounded input (a batch run): one micro-batch without a
+    /// watermark, then every event-time timer fires once, in timer order.
+    pub fn run_bounded(&mut self, input: &[RecordBatch], now_ms: i64) -> Result<Vec<RecordBatch>> {
+        let times = TimerValues {
+            processing_time_ms: now_ms,
+            watermark_ms: None,
+        };
+        let mut emitted = Vec::new();
+        self.handle_input(input, times, OutputMode::Append, &mut emitted)?;
+        if self.time_mode == TimeMode::EventTime {
+            self.fire_timers(|_| true, times, OutputMode::Append, &mut emitted)?;
+        }
+        self.processor.close()?;
+        self.to_batches(emitted)
+    }
+}
+
+const KIND_VALUE: &str = "value";
+const KIND_LIST: &str = "list";
+const KIND_MAP: &str = "map";
+const KIND_TIMER: &str = "timer";
+
+impl StatefulOperator for ProcessorOperator {
+    fn name(&self) -> &'static str {
+        "transformWithStateExec"
+    }
+
+    fn output_schema(&self) -> SchemaRef {
+        self.out_schema.clone()
+    }
+
+    fn process(&mut self, input: &[RecordBatch], ctx: &OpContext) -> Result<OpOutput> {
+        let mut out = OpOutput::default();
+        self.figures = BatchFigures::default();
+        let now = ctx.processing_time_ms;
+        let watermark_ms = ctx
+            .has_watermark
+            .then(|| ctx.evict_watermark_us.div_euclid(1000));
+        let times = TimerValues {
+            processing_time_ms: now,
+            watermark_ms,
+        };
+        let kept = if self.time_mode == TimeMode::EventTime {
+            self.split_late(input, ctx, &mut out)?
+        } else {
+            input.to_vec()
+        };
+        let mut emitted = Vec::new();
+        self.handle_input(&kept, times, ctx.output_mode, &mut emitted)?;
+        let mode = self.time_mode;
+        let due = move |t: i64| match mode {
+            TimeMode::EventTime => watermark_ms.is_some_and(|w| t <= w),
+            TimeMode::ProcessingTime => t <= now,
+            TimeMode::None => false,
+        };
+        self.figures.timers_fired = self.fire_timers(due, times, ctx.output_mode, &mut emitted)?;
+        self.finish_batch(Some(now));
+        out.rows = self.to_batches(emitted)?;
+        if out.rows.is_empty() {
+            out.rows
+                .push(RecordBatch::new_empty(self.out_schema.clone()));
+        }
+        Ok(out)
+    }
+
+    fn snapshot(&self) -> Result<RecordBatch> {
+        let mut snap: Vec<SnapRow<'_>> = Vec::new();
+        for (k, e) in &self.store {
+            for (decl, slot) in self.decls.iter().zip(&e.state.slots) {
+                let row = |kind, map_key, value| SnapRow {
+                    key: k,
+                    kind,
+                    state: Some(decl.name.as_str()),
+                    map_key,
+                    value: Some(value),
+                    timer: None,
+                };
+                match slot {
+                    Slot::Empty => {}
+                    Slot::Value(v) => snap.push(row(KIND_VALUE, None, v)),
+                    Slot::List(l) => snap.extend(l.iter().map(|v| row(KIND_LIST, None, v))),
+                    Slot::Map(m) => snap.extend(
+                        m.iter()
+                            .map(|(mk, v)| row(KIND_MAP, Some(mk.as_slice()), v)),
+                    ),
+                }
+            }
+            snap.extend(e.state.timers.iter().map(|t| SnapRow {
+                key: k,
+                kind: KIND_TIMER,
+                state: None,
+                map_key: None,
+                value: None,
+                timer: Some(*t),
+            }));
+        }
+        let parser = self.converter.parser();
+        let key_cols = self
+            .converter
+            .convert_rows(snap.iter().map(|r| parser.parse(r.key)))
+            .map_err(engine)?;
+        let mut fields: Vec<Field> = Vec::new();
+        let mut cols: Vec<ArrayRef> = Vec::new();
+        if !self.keys.is_empty() {
+            for (f, c) in self.key_schema.fields().iter().zip(key_cols) {
+                fields.push(Field::new(
+                    format!("__key_{}", f.name()),
+                    f.data_type().clone(),
+                    true,
+                ));
+                cols.push(c);
+            }
+        }
+        fields.push(Field::new("__kind", DataType::Utf8, false));
+        cols.push(Arc::new(StringArray::from_iter_values(
+            snap.iter().map(|r| r.kind),
+        )));
+        fields.push(Field::new("__state", DataType::Utf8, true));
+        cols.push(Arc::new(StringArray::from_iter(
+            snap.iter().map(|r| r.state),
+        )));
+        fields.push(Field::new("__map_key", DataType::Binary, true));
+        cols.push(Arc::new(BinaryArray::from_iter(
+            snap.iter().map(|r| r.map_key),
+        )));
+        fields.push(Field::new("__value", DataType::Binary, true));
+        cols.push(Arc::new(BinaryArray::from_iter(
+            snap.iter().map(|r| r.value.map(|v| v.bytes.as_slice())),
+        )));
+        fields.push(Field::new("__expires_ms", DataType::Int64, true));
+        cols.push(Arc::new(Int64Array::from_iter(
+            snap.iter().map(|r| r.value.and_then(|v| v.expires_at_ms)),
+        )));
+        fields.push(Field::new("__timer_ms", DataType::Int64, true));
+        cols.push(Arc::new(Int64Array::from_iter(
+            snap.iter().map(|r| r.timer),
+        )));
+        RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).map_err(engine)
+    }
+
+    fn restore(&mut self, state: &RecordBatch) -> Result<()> {
+        let corrupt = |m: String| {
+            Error::new(
+                &codes::CHECKPOINT_CORRUPT,
+                format!("processor `{}` state: {m}", self.name),
+            )
+        };
+        let col = |name: &str| {
+            state
+                .column_by_name(name)
+                .cloned()
+                .ok_or_else(|| corrupt(format!("no column `{name}`")))
+        };
+        let key_cols: Vec<ArrayRef> = if self.keys.is_empty() {
+            vec![Arc::new(arrow::array::BooleanArray::from(vec![
+                true;
+                state
+                    .num_rows(
+                    )
+            ]))]
+        } else {
+            self.key_schema
+                .fields()
+                .iter()
+                .map(|f| col(&format!("__key_{}", f.name())))
+                .collect::<Result<_>>()?
+        };
+        let key_batch = if self.keys.is_empty() {
+            None
+        } else {
+            let renamed: Vec<ArrayRef> = key_cols.clone();
+            Some(
+                RecordBatch::try_new(self.key_schema.clone(), renamed)
+                    .map_err(|e| corrupt(e.to_string()))?,
+            )
+        };
+        let rows = self.converter.convert_columns(&key_cols).map_err(engine)?;
+        let kinds = col("__kind")?;
+        let kinds = kinds
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .ok_or_else(|| corrupt("`__kind` is not a string".into()))?
+            .clone();
+        let states = col("__state")?;
+        let states = states
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .ok_or_else(|| corrupt("`__state` is not a string".into()))?
+            .clone();
+        let bin = |name: &str| -> Result<BinaryArray> {
+            col(name)?
+                .as_any()
+                .downcast_ref::<BinaryArray>()
+                .cloned()
+                .ok_or_else(|| corrupt(format!("`{name}` is not binary")))
+        };
+        let int = |name: &str| -> Result<Int64Array> {
+            col(name)?
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .cloned()
+                .ok_or_else(|| corrupt(format!("`{name}` is not an integer")))
+        };
+        let (map_keys, values) = (bin("__map_key")?, bin("__value")?);
+        let (expires, timers) = (int("__expires_ms")?, int("__timer_ms")?);
+        let index: HashMap<&str, usize> = self
+            .decls
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (d.name.as_str(), i))
+            .collect();
+        let mut store: BTreeMap<Vec<u8>, Entry> = BTreeMap::new();
+        for i in 0..state.num_rows() {
+            let k = rows.row(i).as_ref().to_vec();
+            if !store.contains_key(&k) {
+                let key = match &key_batch {
+                    Some(b) => GroupKey::new(b.slice(i, 1))?,
+                    None => GroupKey::new(RecordBatch::new_empty(self.key_schema.clone()))?,
+                };
+                store.insert(
+                    k.clone(),
+                    Entry {
+                        key: Arc::new(key),
+                        state: KeyState::new(self.decls.len()),
+                    },
+                );
+            }
+            let entry = store.get_mut(&k).expect("inserted");
+            let kind = kinds.value(i);
+            if kind == KIND_TIMER {
+                if timers.is_null(i) {
+                    return Err(corrupt("a timer row without `__timer_ms`".into()));
+                }
+                entry.state.timers.insert(timers.value(i));
+                continue;
+            }
+            // A state variable the processor no longer declares is dropped.
+            let Some(&slot) = states
+                .is_valid(i)
+                .then(|| index.get(states.value(i)))
+                .flatten()
+            else {
+                continue;
+            };
+            let want = self.decls[slot].kind;
+            let found = match kind {
+                KIND_VALUE => StateKind::Value,
+                KIND_LIST => StateKind::List,
+                KIND_MAP => StateKind::Map,
+                other => return Err(corrupt(format!("unknown row kind `{other}`"))),
+            };
+            if want != found {
+                return Err(Error::new(
+                    &codes::CHECKPOINT_INCOMPATIBLE,
+                    format!(
+                        "processor `{}`: state variable `{}` is a {} state in the checkpoint but is declared as a {} state",
+                        self.name,
+                        self.decls[slot].name,
+                        found.as_str(),
+                        want.as_str()
+                    ),
+                ));
+            }
+            if values.is_null(i) {
+                return Err(corrupt("a state row without `__value`".into()));
+            }
+            let v = StoredValue {
+                bytes: values.value(i).to_vec(),
+                expires_at_ms: expires.is_valid(i).then(|| expires.value(i)),
+            };
+            let target = &mut entry.state.slots[slot];
+            match found {
+                StateKind::Value => *target = Slot::Value(v),
+                StateKind::List => match target {
+                    Slot::List(l) => l.push(v),
+                    other => *other = Slot::List(vec![v]),
+                },
+                StateKind::Map => {
+                    if map_keys.is_null(i) {
+                        return Err(corrupt("a map row without `__map_key`".into()));
+                    }
+                    let mk = map_keys.value(i).to_vec();
+                    match target {
+                        Slot::Map(m) => {
+                            m.insert(mk, v);
+                        }
+                        other => *other = Slot::Map(BTreeMap::from([(mk, v)])),
+                    }
+                }
+            }
+        }
+        self.store = store;
+        self.metrics.rows_total = self.rows_total();
+        Ok(())
+    }
+
+    fn metrics(&self) -> StateMetrics {
+        self.metrics
+    }
+
+    /// Event-time timers fire when the watermark moves (Spark runs another batch then).
+    fn needs_no_data_batch(&self, _mode: OutputMode) -> bool {
+        self.time_mode == TimeMode::EventTime
+    }
+
+    fn has_due_work(&self, watermark_ms: Option<i64>, now_ms: i64) -> bool {
+        let next = self
+            .store
+            .values()
+            .filter_map(|e| e.state.timers.first())
+            .min();
+        match (self.time_mode, next) {
+            (TimeMode::EventTime, Some(t)) => watermark_ms.is_some_and(|w| *t <= w),
+            (TimeMode::ProcessingTime, Some(t)) => *t <= now_ms,
+            _ => false,
+        }
+    }
+
+    fn custom_metrics(&self) -> Vec<(&'static str, u64)> {
+        let count = |k: StateKind| self.decls.iter().filter(|d| d.kind == k).count() as u64;
+        vec![
+            ("numValueStateVars", count(StateKind::Value)),
+            ("numListStateVars", count(StateKind::List)),
+            ("numMapStateVars", count(StateKind::Map)),
+            (
+                "numRegisteredTimers",
+                self.store
+                    .values()
+                    .map(|e| e.state.timers.len() as u64)
+                    .sum(),
+            ),
+            ("numExpiredTimers", self.figures.timers_fired),
+            ("numDeletedTimers", self.figures.counters.timers_deleted),
+            (ROWS_REMOVED_BY_TTL, self.figures.ttl_removed),
+        ]
+    }
+
+    fn close(&mut self) -> Result<()> {
+        self.processor.close()
+    }
+}
+
+/// One row of a snapshot.
+struct SnapRow<'a> {
+    key: &'a [u8],
+    kind: &'static str,
+    state: Option<&'a str>,
+    map_key: Option<&'a [u8]>,
+    value: Option<&'a StoredValue>,
+    timer: Option<i64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::StringArray;
+    use etlantic_core::plugin::processor::{invalid, MapState, ProcessorProvider, ValueState};
+    use etlantic_core::plugin::ProcessorRegistration;
+    use serde_json::json;
+
+    /// Counts each `tag` per key in a map state (TTL 10 s) and, 5 s of processing time
+    /// after the key's last input, emits `{user, summary}`.
+    struct TagsProvider;
+    struct Tags {
+        schema: SchemaRef,
+        tags: Option<MapState<String, i64>>,
+        rows: Option<ValueState<i64>>,
+        bad_output: bool,
+    }
+
+    impl ProcessorProvider for TagsProvider {
+        fn name(&self) -> &'static str {
+            "unit_tags"
+        }
+        fn description(&self) -> &'static str {
+            "unit test processor"
+        }
+        fn create(&self, spec: &ProcessorSpec) -> Result<Box<dyn StatefulProcessor>> {
+            if spec.time_mode != TimeMode::ProcessingTime {
+                return Err(invalid("processing time only"));
+            }
+            Ok(Box::new(Tags {
+                schema: Arc::new(Schema::new(vec![
+                    Field::new("user", DataType::Utf8, true),
+                    Field::new("summary", DataType::Utf8, false),
+                ])),
+                tags: None,
+                rows: None,
+                bad_output: spec.options.get("bad_output").is_some(),
+            }))
+        }
+    }
+
+    impl StatefulProcessor for Tags {
+        fn output_schema(&self) -> SchemaRef {
+            self.schema.clone()
+        }
+        fn init(&mut self, init: &mut ProcessorInit) -> Result<()> {
+            self.tags = Some(init.map_state("tags", Some("10 seconds".parse()?))?);
+            self.rows = Some(init.value_state("rows", None)?);
+            Ok(())
+        }
+        fn handle_input_rows(
+            &mut self,
+            _key: &GroupKey,
+            rows: &RecordBatch,
+            ctx: &mut ProcessorContext<'_>,
+        ) -> Result<()> {
+            let (tags, n) = (self.tags.unwrap(), self.rows.unwrap());
+            let col = rows.column_by_name("tag").unwrap();
+            let col = col.as_any().downcast_ref::<StringArray>().unwrap();
+            for i in 0..col.len() {
+                let t = col.value(i).to_string();
+                let c = tags.get(ctx, &t)?.unwrap_or(0);
+                tags.put(ctx, &t, &(c + 1))?;
+            }
+            let total = n.get(ctx)?.unwrap_or(0) + rows.num_rows() as i64;
+            n.set(ctx, &total)?;
+            let now = ctx.timer_values().processing_time_ms;
+            ctx.register_timer(now + 5_000)
+        }
+        fn handle_expired_timer(
+            &mut self,
+            key: &GroupKey,
+            _timer: ExpiredTimer,
+            ctx: &mut ProcessorContext<'_>,
+        ) -> Result<()> {
+            let (tags, n) = (self.tags.unwrap(), self.rows.unwrap());
+            let entries = tags.entries(ctx)?;
+            let summary = format!("{} rows; {:?}", n.get(ctx)?.unwrap_or(0), entries);
+            if self.bad_output {
+                return ctx.emit(&json!({"user": key.get("user"), "nope": 1}));
+            }
+            ctx.emit(&json!({"user": key.get("user"), "summary": summary}))
+        }
+    }
+
+    inventory::submit! { ProcessorRegistration(&TagsProvider) }
+
+    fn input() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("user", DataType::Utf8, true),
+            Field::new("tag", DataType::Utf8, false),
+        ]))
+    }
+
+    fn rows(data: &[(Option<&str>, &str)]) -> RecordBatch {
+        RecordBatch::try_new(
+            input(),
+            vec![
+                Arc::new(StringArray::from(
+                    data.iter().map(|(u, _)| *u).collect::<Vec<_>>(),
+                )),
+                Arc::new(StringArray::from(
+                    data.iter().map(|(_, t)| *t).collect::<Vec<_>>(),
+                )),
+            ],
+        )
+        .unwrap()
+    }
+
+    fn op(options: Value) -> ProcessorOperator {
+        ProcessorOperator::new(
+            "unit_tags",
+            &["user".to_string()],
+            TimeMode::ProcessingTime,
+            &options,
+            input(),
+            None,
+            ExecutionMode::Streaming,
+        )
+        .unwrap()
+    }
+
+    fn ctx(now: i64) -> OpContext {
+        OpContext {
+            late_watermark_us: 0,
+            evict_watermark_us: 0,
+            has_watermark: false,
+            output_mode: OutputMode::Append,
+            accept_late: false,
+            processing_time_ms: now,
+        }
+    }
+
+    fn out_rows(out: &OpOutput) -> Vec<Value> {
+        out.rows
+            .iter()
+            .flat_map(|b| etlantic_core::plugin::processor::rows_as_json(b).unwrap())
+            .map(Value::Object)
+            .collect()
+    }
+
+    #[test]
+    fn map_state_timers_and_ttl_survive_snapshot_and_restore() {
+        let mut a = op(json!({}));
+        let out = a
+            .process(
+                &[rows(&[
+                    (Some("u1"), "x"),
+                    (None, "y"),
+                    (Some("u1"), "x"),
+                    (Some("u1"), "z"),
+                ])],
+                &ctx(0),
+            )
+            .unwrap();
+        assert!(out_rows(&out).is_empty());
+        // u1: 2 map entries + count + timer; null key: 1 entry + count + timer.
+        assert_eq!(a.metrics().rows_total, 7);
+        assert!(a.has_due_work(None, 5_000));
+        assert!(!a.has_due_work(None, 4_999));
+        let snap = a.snapshot().unwrap();
+        assert_eq!(snap.num_rows(), 7);
+        let mut b = op(json!({}));
+        b.restore(&snap).unwrap();
+        assert_eq!(b.snapshot().unwrap(), snap);
+        // u1 again at 3 s: entry x gets a fresh TTL (z keeps 0 s); a second timer at 8 s.
+        for o in [&mut a, &mut b] {
+            o.process(&[rows(&[(Some("u1"), "x")])], &ctx(3_000))
+                .unwrap();
+        }
+        assert_eq!(a.snapshot().unwrap(), b.snapshot().unwrap());
+        // At 6 s the 5 s timers fire, in (time, key) order (a null key sorts first).
+        let (oa, ob) = (
+            a.process(&[], &ctx(6_000)).unwrap(),
+            b.process(&[], &ctx(6_000)).unwrap(),
+        );
+        assert_eq!(out_rows(&oa), out_rows(&ob));
+        assert_eq!(
+            out_rows(&oa),
+            [
+                json!({"user": null, "summary": "1 rows; [(\"y\", 1)]"}),
+                json!({"user": "u1", "summary": "4 rows; [(\"x\", 3), (\"z\", 1)]"}),
+            ]
+            .to_vec()
+        );
+        let metric = |o: &ProcessorOperator, name: &str| {
+            o.custom_metrics()
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| *v)
+        };
+        assert_eq!(metric(&b, "numExpiredTimers"), Some(2));
+        assert_eq!(metric(&b, "numRegisteredTimers"), Some(1));
+        // At 10 s y and z (written at 0 s) have expired: the 8 s timer of u1 no longer
+        // sees z, and the end of the batch removes both.
+        let out = b.process(&[], &ctx(10_000)).unwrap();
+        assert_eq!(
+            out_rows(&out),
+            [json!({"user": "u1", "summary": "4 rows; [(\"x\", 3)]"})].to_vec()
+        );
+        assert_eq!(metric(&b, ROWS_REMOVED_BY_TTL), Some(2));
+        // At 13 s x (written at 3 s) expires: only the two counts remain.
+        let out = b.process(&[], &ctx(13_000)).unwrap();
+        assert!(out_rows(&out).is_empty());
+        assert_eq!(metric(&b, ROWS_REMOVED_BY_TTL), Some(1));
+        assert_eq!(b.metrics().rows_total, 2);
+        assert_eq!(b.metrics().rows_removed, 1);
+    }
+
+    #[test]
+    fn bad_rows_and_unknown_processors_are_reported_with_codes() {
+        let mut o = op(json!({"bad_output": true}));
+        o.process(&[rows(&[(Some("u"), "t")])], &ctx(0)).unwrap();
+        let e = o.process(&[], &ctx(5_000)).unwrap_err();
+        assert_eq!(e.code(), "ETL707");
+        assert!(e.to_string().contains("unit_tags"), "{e}");
+        let e = ProcessorOperator::new(
+            "nope",
+            &[],
+            TimeMode::None,
+            &Value::Null,
+            input(),
+            None,
+            ExecutionMode::Streaming,
+        )
+        .err()
+        .unwrap();
+        assert_eq!(e.code(), "ETL220");
+        let e = ProcessorOperator::new(
+            "unit_tags",
+            &["who".to_string()],
+            TimeMode::ProcessingTime,
+            &Value::Null,
+            input(),
+            None,
+            ExecutionMode::Streaming,
+        )
+        .err()
+        .unwrap();
+        assert_eq!(e.code(), "ETL206");
+        let e = ProcessorOperator::new(
+            "unit_tags",
+            &[],
+            TimeMode::EventTime,
+            &Value::Null,
+            input(),
+            None,
+            ExecutionMode::Streaming,
+        )
+        .err()
+        .unwrap();
+        assert_eq!(e.code(), "ETL320");
+    }
+}

@@ -1,0 +1,348 @@
+//! The streaming rules of joins and static sources (part of the streaming phase), as
+//! Spark's `UnsupportedOperationChecker` states them for stream-stream and stream-static
+//! joins:
+//!
+//! - a join of two streams runs in append mode only (`ETL409`), needs equality keys, and
+//!   is inner, left, right or full outer (`ETL404` otherwise: semi, anti and cross joins
+//!   of two streams are not run by the embedded runtime);
+//! - an outer join of two streams must know when a row can no longer match: a
+//!   watermarked event-time column among the keys, or a watermark on the nullable side
+//!   and a `time_range` that bounds the preserved side's time by it (`ETL430`); a side
+//!   whose state nothing evicts is reported as a warning (`ETL431`), unless the profile
+//!   gives the transformation a `state_ttl`;
+//! - a join of a stream with a static table must keep the stream's side: inner, left
+//!   outer with the stream on the left, right outer with the stream on the right, semi
+//!   and anti with the stream on the left; full outer joins with a static side are
+//!   refused (`ETL404`);
+//! - a stateful step after a stream-stream join is refused (`ETL404`): the embedded
+//!   runtime has one global watermark and does not propagate a join's output watermark;
+//! - a static source (`static_refresh`) has no event time, watermark, late-event policy
+//!   or read limit, and a sink needs at least one streaming source (`ETL432`).
+
+use crate::project::Project;
+use etlantic_core::diagnostics::{codes, Diagnostic, Diagnostics};
+use etlantic_core::ir::lineage::event_time_lineage;
+use etlantic_core::ir::{Action, JoinType, TransformPlan};
+use etlantic_core::streaming::{LatePolicy, OutputMode};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+/// Sources feeding `node` (transitively).
+fn sources_of(project: &Project, node: &str, out: &mut Vec<String>) {
+    if project.pipeline.source(node).is_some() {
+        if !out.iter().any(|s| s == node) {
+            out.push(node.to_string());
+        }
+        return;
+    }
+    if let Some(t) = project.pipeline.transform(node) {
+        for r in t.inputs.values() {
+            sources_of(project, r.from(), out);
+        }
+    }
+}
+
+/// Transformations feeding `node`, upstream first.
+fn transforms_of(project: &Project, node: &str, out: &mut Vec<String>) {
+    if let Some(t) = project.pipeline.transform(node) {
+        for r in t.inputs.values() {
+            transforms_of(project, r.from(), out);
+        }
+        if !out.iter().any(|x| x == node) {
+            out.push(node.to_string());
+        }
+    }
+}
+
+fn is_static(project: &Project, source: &str) -> bool {
+    project
+        .pipeline
+        .source(source)
+        .is_some_and(|s| s.is_static())
+}
+
+/// Whether every source feeding `node` is static (and there is one).
+pub fn only_static(project: &Project, node: &str) -> bool {
+    let mut s = Vec::new();
+    sources_of(project, node, &mut s);
+    !s.is_empty() && s.iter().all(|id| is_static(project, id))
+}
+
+/// Checks joins and static sources; returns what it found.
+pub fn check(project: &Project, plans: &HashMap<String, Arc<TransformPlan>>) -> Diagnostics {
+    let mut d = Diagnostics::new();
+    let file = project.pipeline_file.clone();
+    let pl = &project.pipeline;
+
+    for s in pl.sources.iter().filter(|s| s.is_static()) {
+        let mut misuse = Vec::new();
+        if s.event_time.is_some() {
+            misuse.push("event_time");
+        }
+        if s.watermark.is_some() {
+            misuse.push("watermark");
+        }
+        if s.late_events != LatePolicy::Drop {
+            misuse.push("late_events");
+        }
+        if s.read_limit.is_some() {
+            misuse.push("read_limit");
+        }
+        if !misuse.is_empty() {
+            d.push(
+                Diagnostic::new(
+                    &codes::STATIC_SOURCE_MISUSE,
+                    format!(
+                        "static source `{}` declares {}, which only streams have",
+                        s.id,
+                        misuse.join(", ")
+                    ),
+                )
+                .at(format!("sources[{}]", s.id))
+                .in_file(file.clone()),
+            );
+        }
+    }
+
+    // Diagnostics that do not depend on the sink are reported once.
+    let mut reported: HashSet<(String, String, &'static str)> = HashSet::new();
+    for sink in &pl.sinks {
+        let mode = sink.output_mode.unwrap_or_default();
+        let mut sources = Vec::new();
+        sources_of(project, &sink.input, &mut sources);
+        if !sources.is_empty() && sources.iter().all(|s| is_static(project, s)) {
+            d.push(
+                Diagnostic::new(
+                    &codes::STATIC_SOURCE_MISUSE,
+                    format!(
+                        "`{}` reads only static sources ({}); a streaming query needs a stream",
+                        sink.id,
+                        sources.join(", ")
+                    ),
+                )
+                .at(format!("sinks[{}]", sink.id))
+                .in_file(file.clone())
+                .help("Join the static table with a streaming source, or run the pipeline in batch mode."),
+            );
+        }
+        let mut transforms = Vec::new();
+        transforms_of(project, &sink.input, &mut transforms);
+        // Transformations whose output comes out of a stream-stream join.
+        let mut after_join: HashSet<String> = HashSet::new();
+        for t in &transforms {
+            let Some(def) = pl.transform(t) else { continue };
+            let Some(plan) = plans.get(t) else { continue };
+            let decoded = plan.decoded();
+            let mut fed: HashMap<String, Vec<String>> = HashMap::new();
+            let mut joined: HashMap<String, bool> = HashMap::new();
+            let mut ports: HashMap<String, Vec<String>> = HashMap::new();
+            for (port, r) in &def.inputs {
+                let mut s = Vec::new();
+                sources_of(project, r.from(), &mut s);
+                let cols = s
+                    .iter()
+                    .filter_map(|id| pl.source(id))
+                    .filter(|src| src.watermark.is_some() && !src.is_static())
+                    .filter_map(|src| src.event_time.as_ref().map(|e| e.column.clone()))
+                    .collect();
+                ports.insert(port.clone(), cols);
+                fed.insert(port.clone(), s);
+                joined.insert(port.clone(), after_join.contains(r.from()));
+            }
+            let lineage = event_time_lineage(&decoded.steps, ports);
+            let streaming = |fed: &[String]| fed.iter().any(|s| !is_static(project, s));
+            let ttl = project
+                .profile
+                .state_ttl
+                .keys()
+                .any(|k| k == t || k.starts_with(&format!("{t}.")));
+            for step in &decoded.steps {
+                let path = format!("transforms[{t}].steps[{}]", step.id);
+                let mut inputs = vec![step.target.clone()];
+                inputs.extend(step.op.secondary_inputs().iter().map(|s| s.to_string()));
+                let mut f: Vec<String> = inputs
+                    .iter()
+                    .flat_map(|r| fed.get(r).cloned().unwrap_or_default())
+                    .collect();
+                f.sort();
+                f.dedup();
+                let mut after = inputs
+                    .iter()
+                    .any(|r| joined.get(r).copied().unwrap_or(false));
+                let mut once =
+                    |d: &mut Diagnostics, code: &'static codes::CodeInfo, diag: Diagnostic| {
+                        if reported.insert((t.clone(), step.id.clone(), code.code)) {
+                            d.push(diag.at(path.clone()).in_file(file.clone()));
+                        }
+                    };
+                if after && step.op.is_stateful() && streaming(&f) {
+                    once(
+                                &mut d,
+                        &codes::UNSUPPORTED_STREAMING_OP,
+                        Diagnostic::new(
+                            &codes::UNSUPPORTED_STREAMING_OP,
+                            format!("`{t}`: a stateful step ({}) after a stream-stream join is not supported", step.op.id()),
+                        )
+                        .help("Aggregate or deduplicate the streams before the join, or write the join's output and read it in another pipeline."),
+                    );
+                }
+                if let Action::Join {
+                    right,
+                    join_type,
+                    left_keys,
+                    right_keys,
+                    time_range,
+                    ..
+                } = &step.op
+                {
+                    let lfed = fed.get(&step.target).cloned().unwrap_or_default();
+                    let rfed = fed.get(right).cloned().unwrap_or_default();
+                    let (ls, rs) = (streaming(&lfed), streaming(&rfed));
+                    let jt = join_type.name();
+                    if ls && rs {
+                        after = true;
+                        if mode != OutputMode::Append {
+                            d.push(
+                                Diagnostic::new(
+                                    &codes::UPDATE_MODE_UNSUPPORTED,
+                                    format!(
+                                        "the join of two streams in `{t}` feeds `{}` in {} mode; stream-stream joins run in append mode only",
+                                        sink.id,
+                                        mode.as_str()
+                                    ),
+                                )
+                                .at(path.clone())
+                                .in_file(file.clone())
+                                .help("Use `output_mode: append` for this sink."),
+                            );
+                        }
+                        if matches!(join_type, JoinType::Semi | JoinType::Anti | JoinType::Cross) {
+                            once(
+                                &mut d,
+                                &codes::UNSUPPORTED_STREAMING_OP,
+                                Diagnostic::new(
+                                    &codes::UNSUPPORTED_STREAMING_OP,
+                                    format!("`{t}`: {jt} joins of two streams are not supported (inner, left, right and full outer are)"),
+                                ),
+                            );
+                            continue;
+                        }
+                        if left_keys.is_empty() {
+                            once(
+                                &mut d,
+                                &codes::UNSUPPORTED_STREAMING_OP,
+                                Diagnostic::new(
+                                    &codes::UNSUPPORTED_STREAMING_OP,
+                                    format!("`{t}`: a join of two streams needs equality keys"),
+                                )
+                                .help("Join on key columns (`on: [...]`), optionally with a `time_range`."),
+                            );
+                            continue;
+                        }
+                        let lwm = lineage.get(&step.target).cloned().unwrap_or_default();
+                        let rwm = lineage.get(right).cloned().unwrap_or_default();
+                        let wm_in_keys = left_keys.iter().any(|k| lwm.contains(k))
+                            || right_keys.iter().any(|k| rwm.contains(k));
+                        // Spark's getStateValueWatermark: the range bounds a side's time by
+                        // the other side's watermarked time.
+                        let bounds_left =
+                            time_range.as_ref().is_some_and(|r| rwm.contains(&r.right));
+                        let bounds_right =
+                            time_range.as_ref().is_some_and(|r| lwm.contains(&r.left));
+                        let valid = match join_type {
+                            JoinType::Left => bounds_left,
+                            JoinType::Right => bounds_right,
+                            JoinType::Full => bounds_left && bounds_right,
+                            _ => true,
+                        };
+                        if !wm_in_keys && !valid {
+                            once(
+                                &mut d,
+                                &codes::OUTER_JOIN_WITHOUT_WATERMARK,
+                                Diagnostic::new(
+                                    &codes::OUTER_JOIN_WITHOUT_WATERMARK,
+                                    format!(
+                                        "`{t}`: the {jt} outer join of two streams has no watermark in its keys, and no watermark on the nullable side with a `time_range` over it"
+                                    ),
+                                ),
+                            );
+                            continue;
+                        }
+                        // Which sides the watermark will clean (as the runtime derives it).
+                        let evicted = if wm_in_keys {
+                            [true, true]
+                        } else {
+                            let both = time_range
+                                .as_ref()
+                                .is_some_and(|r| lwm.contains(&r.left) && rwm.contains(&r.right));
+                            [both, both]
+                        };
+                        let preserved = match join_type {
+                            JoinType::Left => [true, false],
+                            JoinType::Right => [false, true],
+                            JoinType::Full => [true, true],
+                            _ => [false, false],
+                        };
+                        let kept: Vec<String> = ["left", "right"]
+                            .iter()
+                            .zip(evicted.iter().zip(preserved))
+                            .filter(|(_, (e, _))| !**e)
+                            .map(|(n, (_, p))| {
+                                if p {
+                                    format!("{n} (its unmatched rows are never emitted)")
+                                } else {
+                                    n.to_string()
+                                }
+                            })
+                            .collect();
+                        if !kept.is_empty() && !ttl {
+                            once(
+                                &mut d,
+                                &codes::UNBOUNDED_JOIN_STATE,
+                                Diagnostic::new(
+                                    &codes::UNBOUNDED_JOIN_STATE,
+                                    format!(
+                                        "`{t}`: the {jt} join of two streams keeps every row of its {} side in state",
+                                        kept.join(" and ")
+                                    ),
+                                ),
+                            );
+                        }
+                    } else if ls != rs {
+                        // A stream with a static table: the stream's side must be kept.
+                        let refused = match join_type {
+                            JoinType::Full => true,
+                            JoinType::Left | JoinType::Semi | JoinType::Anti => !ls,
+                            JoinType::Right => !rs,
+                            JoinType::Inner | JoinType::Cross => false,
+                        };
+                        if refused {
+                            once(
+                                &mut d,
+                                &codes::UNSUPPORTED_STREAMING_OP,
+                                Diagnostic::new(
+                                    &codes::UNSUPPORTED_STREAMING_OP,
+                                    format!(
+                                        "`{t}`: a {jt} join with the static side {} is not supported on streams",
+                                        if ls { "on the right" } else { "on the left" }
+                                    ),
+                                )
+                                .help("A stream-static join must keep the stream's rows: use inner, or an outer join that preserves the stream's side."),
+                            );
+                        }
+                    }
+                }
+                fed.insert(step.id.clone(), f);
+                joined.insert(step.id.clone(), after);
+            }
+            let out = decoded
+                .outputs
+                .values()
+                .any(|r| joined.get(r).copied().unwrap_or(false));
+            if out {
+                after_join.insert(t.clone());
+            }
+        }
+    }
+    d
+}
