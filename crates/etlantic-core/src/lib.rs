@@ -19,6 +19,7 @@ pub mod canonical;
 pub mod contract;
 pub mod data;
 pub mod diagnostics;
+pub mod faults;
 pub mod guarantee;
 pub mod ir;
 pub mod model;

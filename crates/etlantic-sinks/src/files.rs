@@ -279,6 +279,9 @@ impl FileSink {
             schema: schema_to_hex(&data.schema)?,
         };
         let text = serde_json::to_string_pretty(&entry).expect("log entries serialise");
+        // The data file is written, the batch is not committed yet: a crash here must
+        // leave an orphan file that readers ignore.
+        etlantic_core::faults::check(etlantic_core::faults::IN_SINK, batch_id);
         write_atomic(
             &dir.join(LOG_DIR).join(batch_id.to_string()),
             text.as_bytes(),

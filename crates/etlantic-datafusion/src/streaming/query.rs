@@ -90,7 +90,8 @@ impl StreamingOptions {
 }
 
 /// Where the process may be killed on purpose (fault-injection tests), set with the
-/// environment variable `ETLANTIC_FAIL_POINT=<point>:<batch id>`.
+/// environment variable `ETLANTIC_FAIL_POINT=<point>:<batch id>` (see
+/// [`etlantic_core::faults`]; sinks check `in_sink` themselves).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FailPoint {
     /// After `offsets/N` is written.
@@ -104,16 +105,17 @@ pub enum FailPoint {
 }
 
 fn fail_point() -> Option<(FailPoint, u64)> {
-    let v = std::env::var("ETLANTIC_FAIL_POINT").ok()?;
-    let (p, n) = v.split_once(':')?;
-    let point = match p {
+    let (p, n) = etlantic_core::faults::armed()?;
+    let point = match p.as_str() {
         "after_offsets" => FailPoint::AfterOffsets,
         "after_sink" => FailPoint::AfterSink,
         "after_state" => FailPoint::AfterState,
         "after_commit" => FailPoint::AfterCommit,
+        // Other points (e.g. `in_sink`) are checked where they are, with
+        // `etlantic_core::faults::check`.
         _ => return None,
     };
-    Some((point, n.parse().ok()?))
+    Some((point, n))
 }
 
 struct SourceRt {
