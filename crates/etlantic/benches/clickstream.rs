@@ -55,7 +55,8 @@ fn count_events(data: &Path) -> u64 {
     n
 }
 
-async fn stream(data: &Path, work: &Path, max_files: usize) -> u64 {
+/// Runs the stream; returns (output rows, input rows read and quarantined).
+async fn stream(data: &Path, work: &Path, max_files: usize) -> (u64, u64) {
     let pipeline = Pipeline::builder("clickstream")
         .asset_inline(
             "clicks",
@@ -138,14 +139,17 @@ async fn stream(data: &Path, work: &Path, max_files: usize) -> u64 {
     )
     .await;
     assert_eq!(report.status, "succeeded", "{:?}", report.errors);
-    etlantic_sinks::files::read_committed(work.join("out"))
+    let input = report.sources.iter().map(|s| s.rows + s.rejected).sum();
+    let output = etlantic_sinks::files::read_committed(work.join("out"))
         .expect("output")
         .iter()
         .map(|b| b.num_rows() as u64)
-        .sum()
+        .sum();
+    (output, input)
 }
 
-async fn batch(data: &Path, work: &Path) -> u64 {
+/// Runs the batch query; returns (output rows, input rows).
+async fn batch(data: &Path, work: &Path, events: u64) -> (u64, u64) {
     use datafusion::prelude::*;
     let ctx = SessionContext::new();
     ctx.register_parquet(
@@ -176,22 +180,25 @@ async fn batch(data: &Path, work: &Path) -> u64 {
         .downcast_ref::<arrow::array::UInt64Array>()
         .map(|a| a.value(0))
         .unwrap_or(0);
-    written
+    (written, events)
 }
 
 fn child(mode: &str, data: &Path, max_files: usize) {
+    let events = count_events(data);
     let work = tempfile::tempdir().expect("tempdir");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("runtime");
     let started = Instant::now();
-    let out_rows = match mode {
+    let (out_rows, in_rows) = match mode {
         "stream" => rt.block_on(stream(data, work.path(), max_files)),
-        "batch" => rt.block_on(batch(data, work.path())),
+        "batch" => rt.block_on(batch(data, work.path(), events)),
         other => panic!("unknown mode {other}"),
     };
     let secs = started.elapsed().as_secs_f64();
+    // A misconfigured run (e.g. a path that reads nothing) must not report a figure.
+    assert_eq!(in_rows, events, "{mode}: read {in_rows} of {events} events");
     println!(
         "{}",
         json!({"mode": mode, "seconds": secs, "output_rows": out_rows, "peak_rss_mb": peak_rss_mb()})
@@ -212,6 +219,8 @@ fn main() {
     } else {
         data
     };
+    // The stream's project root is a temporary directory: bind the data absolutely.
+    let data = data.canonicalize().unwrap_or(data);
     let max_files: usize = arg("--max-files").and_then(|v| v.parse().ok()).unwrap_or(1);
     if let Some(mode) = arg("--child") {
         child(&mode, &data, max_files);
