@@ -110,6 +110,10 @@ enum Command {
         /// Output format of the run report.
         #[arg(long, value_enum, default_value = "human")]
         format: Format,
+        /// Streaming only: stop after this many micro-batches of this run (the query
+        /// resumes from its checkpoint next time). Ctrl-C also stops after the current one.
+        #[arg(long)]
+        max_batches: Option<u64>,
     },
     /// Compare two plans (each a saved plan .json or a pipeline .yaml planned with --profile).
     Diff {
@@ -298,6 +302,7 @@ fn main() {
             plan: saved,
             root,
             format,
+            max_batches,
         } => {
             let (p, project_root) = match saved {
                 Some(path) => match read_plan(&path) {
@@ -317,7 +322,7 @@ fn main() {
                     Err(code) => std::process::exit(code),
                 },
             };
-            run_plan(&p, &project_root, format)
+            run_plan(&p, &project_root, format, max_batches)
         }
         Command::Diff {
             old,
@@ -441,7 +446,7 @@ fn print_result(d: &Diagnostics, format: Format) {
     }
 }
 
-fn run_plan(p: &PipelinePlan, root: &Path, format: Format) -> i32 {
+fn run_plan(p: &PipelinePlan, root: &Path, format: Format, max_batches: Option<u64>) -> i32 {
     let ctx = RunContext::for_plan(p, root);
     let report = if p.profile.mode == etlantic_core::streaming::ExecutionMode::Streaming {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -478,7 +483,7 @@ fn run_plan(p: &PipelinePlan, root: &Path, format: Format) -> i32 {
             etlantic::run::StreamingRun {
                 on_progress: Some(on_progress),
                 stop,
-                max_batches: None,
+                max_batches,
             },
         ))
     } else {
