@@ -10,6 +10,7 @@
 //! | `console://` | [`console`] | `console` | yes | yes | append, update, complete | plain append |
 //! | `memory://<name>` | [`memory`] | `memory` | yes | yes | append, update, complete | idempotent by batch id |
 //! | `foreach://<name>` | [`foreach`] | `foreach` | yes | yes | append, update, complete | plain append (a user callback) |
+//! | `iceberg://<namespace>/<table>` | `iceberg` | `iceberg` | no | yes | append | idempotent by batch id (query and batch id in the snapshot summary, checked on replay) |
 //!
 //! [`quarantine::QuarantineWriter`] (always built) writes rejected records as JSON lines.
 //!
@@ -30,6 +31,8 @@ pub mod console;
 pub mod files;
 #[cfg(feature = "foreach")]
 pub mod foreach;
+#[cfg(feature = "iceberg")]
+pub mod iceberg;
 #[allow(dead_code)]
 mod fsutil;
 #[cfg(feature = "memory")]
