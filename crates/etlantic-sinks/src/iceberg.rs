@@ -165,8 +165,7 @@ const URI_HELP: &str = "Write iceberg://<namespace>/<table>?catalog=sqlite://<ca
 
 fn valid_name(s: &str) -> bool {
     !s.is_empty()
-        && s
-            .chars()
+        && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
@@ -184,7 +183,9 @@ impl IcebergTarget {
         if let Some(bad) = parts.iter().find(|p| !valid_name(p)) {
             return Err(bad_uri(
                 uri,
-                format!("`{bad}` is not a valid namespace or table name (letters, digits, `_`, `-`)"),
+                format!(
+                    "`{bad}` is not a valid namespace or table name (letters, digits, `_`, `-`)"
+                ),
                 URI_HELP,
             ));
         }
@@ -928,8 +929,8 @@ mod tests {
             DataType::Duration(TimeUnit::Second),
             DataType::Null,
         ] {
-            let e = iceberg_schema(&Schema::new(vec![Field::new("x", bad.clone(), true)]))
-                .unwrap_err();
+            let e =
+                iceberg_schema(&Schema::new(vec![Field::new("x", bad.clone(), true)])).unwrap_err();
             assert_eq!(e.code(), "ETL505", "{bad}");
         }
     }

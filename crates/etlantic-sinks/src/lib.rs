@@ -31,10 +31,10 @@ pub mod console;
 pub mod files;
 #[cfg(feature = "foreach")]
 pub mod foreach;
-#[cfg(feature = "iceberg")]
-pub mod iceberg;
 #[allow(dead_code)]
 mod fsutil;
+#[cfg(feature = "iceberg")]
+pub mod iceberg;
 #[cfg(feature = "memory")]
 pub mod memory;
 pub mod quarantine;

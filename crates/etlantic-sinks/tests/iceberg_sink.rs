@@ -6,8 +6,8 @@
 mod common;
 
 use arrow::array::{
-    Array, ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray,
-    TimestampMillisecondArray, TimestampNanosecondArray,
+    Array, ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray, TimestampMillisecondArray,
+    TimestampNanosecondArray,
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use common::*;
@@ -37,7 +37,12 @@ fn ctx_with(root: &Path, uri: &str, schema: SchemaRef, output_mode: OutputMode) 
 fn iceberg_sink(root: &Path, uri: &str) -> Box<dyn Sink> {
     sink_provider("iceberg")
         .expect("iceberg sink registered")
-        .create(sink_ctx(root, uri, ExecutionMode::Streaming, OutputMode::Append))
+        .create(sink_ctx(
+            root,
+            uri,
+            ExecutionMode::Streaming,
+            OutputMode::Append,
+        ))
         .unwrap()
 }
 
@@ -83,7 +88,10 @@ async fn creates_the_table_and_appends_batches_with_types_and_nulls() {
         .unwrap()
         .capabilities(&BindingUri::parse(URI).unwrap())
         .unwrap();
-    assert_eq!(caps.guarantee.protocol, SinkCommitProtocol::IdempotentByBatch);
+    assert_eq!(
+        caps.guarantee.protocol,
+        SinkCommitProtocol::IdempotentByBatch
+    );
     assert_eq!(caps.output_modes, vec![OutputMode::Append]);
     assert!(caps.streaming && !caps.batch);
 
@@ -96,11 +104,15 @@ async fn creates_the_table_and_appends_batches_with_types_and_nulls() {
     let b0 = table(vec![orders(0, 3)]);
     let b1 = table(vec![orders(3, 2), orders(5, 1)]);
     assert_eq!(
-        sink.write(batch(q, 0, OutputMode::Append, &b0)).await.unwrap(),
+        sink.write(batch(q, 0, OutputMode::Append, &b0))
+            .await
+            .unwrap(),
         WriteOutcome::Written { rows: 3 }
     );
     assert_eq!(
-        sink.write(batch(q, 1, OutputMode::Append, &b1)).await.unwrap(),
+        sink.write(batch(q, 1, OutputMode::Append, &b1))
+            .await
+            .unwrap(),
         WriteOutcome::Written { rows: 3 }
     );
     assert!(root.join("lake/catalog.db").is_file());
@@ -172,7 +184,12 @@ async fn a_replayed_batch_writes_nothing_and_a_second_query_appends() {
     for id in [1, 0] {
         assert_eq!(
             restarted
-                .write(batch(q1, id, OutputMode::Append, &table(vec![orders(100, 5)])))
+                .write(batch(
+                    q1,
+                    id,
+                    OutputMode::Append,
+                    &table(vec![orders(100, 5)])
+                ))
                 .await
                 .unwrap(),
             WriteOutcome::AlreadyCommitted,
@@ -213,7 +230,12 @@ async fn a_replayed_batch_writes_nothing_and_a_second_query_appends() {
     assert_eq!(restarted.last_committed_batch(q1).await.unwrap(), Some(2));
     assert_eq!(
         restarted
-            .write(batch(q1, 2, OutputMode::Append, &table(vec![orders(50, 1)])))
+            .write(batch(
+                q1,
+                2,
+                OutputMode::Append,
+                &table(vec![orders(50, 1)])
+            ))
             .await
             .unwrap(),
         WriteOutcome::AlreadyCommitted
@@ -282,7 +304,10 @@ async fn naive_zoned_nanosecond_and_small_integer_columns_map_and_round_trip() {
     let back = concat(&back[0].schema(), &back);
     assert_eq!(back.num_rows(), 3);
     assert_eq!(
-        back.schema().field_with_name("paris_ts").unwrap().data_type(),
+        back.schema()
+            .field_with_name("paris_ts")
+            .unwrap()
+            .data_type(),
         &DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into()))
     );
     let local = back
@@ -390,7 +415,12 @@ async fn bad_configuration_gets_diagnostics_with_codes() {
     ] {
         let mut sink = iceberg_sink(root, uri);
         let e = sink
-            .write(batch("q", 0, OutputMode::Append, &table(vec![orders(0, 1)])))
+            .write(batch(
+                "q",
+                0,
+                OutputMode::Append,
+                &table(vec![orders(0, 1)]),
+            ))
             .await
             .unwrap_err();
         assert_eq!(e.code(), "ETL706", "{uri}: {e}");
@@ -405,19 +435,32 @@ async fn an_existing_table_with_another_schema_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
     let mut sink = iceberg_sink(root, URI);
-    sink.write(batch("q", 0, OutputMode::Append, &table(vec![orders(0, 2)])))
-        .await
-        .unwrap();
+    sink.write(batch(
+        "q",
+        0,
+        OutputMode::Append,
+        &table(vec![orders(0, 2)]),
+    ))
+    .await
+    .unwrap();
     // A column the table lacks, and a type that does not match.
     for schema in [
         Schema::new(vec![
             Field::new("order_id", DataType::Int64, false),
-            Field::new("ts", DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())), false),
+            Field::new(
+                "ts",
+                DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+                false,
+            ),
             Field::new("extra", DataType::Utf8, true),
         ]),
         Schema::new(vec![
             Field::new("order_id", DataType::Utf8, false),
-            Field::new("ts", DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())), false),
+            Field::new(
+                "ts",
+                DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+                false,
+            ),
         ]),
         // The table's required `ts` is missing.
         Schema::new(vec![Field::new("order_id", DataType::Int64, false)]),
@@ -428,7 +471,12 @@ async fn an_existing_table_with_another_schema_is_refused() {
             .create(ctx_with(root, URI, schema.clone(), OutputMode::Append))
             .unwrap();
         let e = other
-            .write(batch("q2", 0, OutputMode::Append, &Table::new(schema.clone(), vec![])))
+            .write(batch(
+                "q2",
+                0,
+                OutputMode::Append,
+                &Table::new(schema.clone(), vec![]),
+            ))
             .await
             .unwrap_err();
         assert_eq!(e.code(), "ETL305", "{schema:?}: {e}");
@@ -436,7 +484,11 @@ async fn an_existing_table_with_another_schema_is_refused() {
     // A compatible subset (optional columns left out, int promoted to long) appends.
     let schema: SchemaRef = Arc::new(Schema::new(vec![
         Field::new("order_id", DataType::Int32, false),
-        Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())), false),
+        Field::new(
+            "ts",
+            DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())),
+            false,
+        ),
     ]));
     let mut narrow = sink_provider("iceberg")
         .unwrap()
@@ -451,16 +503,17 @@ async fn an_existing_table_with_another_schema_is_refused() {
     )
     .unwrap();
     narrow
-        .write(batch("q3", 0, OutputMode::Append, &Table::new(schema, vec![data])))
+        .write(batch(
+            "q3",
+            0,
+            OutputMode::Append,
+            &Table::new(schema, vec![data]),
+        ))
         .await
         .unwrap();
     let all = rows(root, URI, &contract().arrow_schema()).await;
     assert_eq!(all.num_rows(), 3);
-    let ids = all
-        .column(0)
-        .as_any()
-        .downcast_ref::<Int64Array>()
-        .unwrap();
+    let ids = all.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
     assert_eq!(ids.values().to_vec(), vec![0, 1, 10]);
     assert!(all.column(1).is_null(2), "left-out optional column is null");
 }
