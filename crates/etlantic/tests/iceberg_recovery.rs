@@ -374,3 +374,34 @@ fn a_finished_query_restarted_commits_nothing_more_and_a_new_file_appends() {
     assert_eq!(rows.len(), reference.len() + 1);
     assert!(rows.contains(&window("05:00", "06:00", "c1", 1)));
 }
+
+#[test]
+fn batch_runs_and_complete_mode_are_refused_at_planning_and_write_nothing() {
+    for (label, pipeline, profile) in [
+        (
+            "batch run",
+            PIPELINE.replace("    output_mode: append\n", ""),
+            PROFILE
+                .replace("mode: streaming", "mode: batch")
+                .replace("trigger: available_now\n", "")
+                .replace("checkpoint: file://chk\n", ""),
+        ),
+        (
+            "complete mode",
+            PIPELINE.replace("output_mode: append", "output_mode: complete"),
+            PROFILE.to_string(),
+        ),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        project(dir);
+        std::fs::write(dir.join("pipeline.yaml"), pipeline).unwrap();
+        std::fs::write(dir.join("profiles/local.yaml"), profile).unwrap();
+        let o = run(dir, None);
+        assert!(!o.status.success(), "{label}: {}", describe(&o));
+        let out =
+            String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+        assert!(out.contains("ETL504"), "{label}: {}", describe(&o));
+        assert!(!dir.join("lake").exists(), "{label}: nothing written");
+    }
+}
