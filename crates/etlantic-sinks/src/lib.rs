@@ -10,6 +10,7 @@
 //! | `console://` | [`console`] | `console` | yes | yes | append, update, complete | plain append |
 //! | `memory://<name>` | [`memory`] | `memory` | yes | yes | append, update, complete | idempotent by batch id |
 //! | `foreach://<name>` | [`foreach`] | `foreach` | yes | yes | append, update, complete | plain append (a user callback) |
+//! | `iceberg://<namespace>/<table>` | `iceberg` | `iceberg` | no | yes | append | idempotent by batch id (query and batch id in the snapshot summary, checked on replay) |
 //!
 //! [`quarantine::QuarantineWriter`] (always built) writes rejected records as JSON lines.
 //!
@@ -32,6 +33,8 @@ pub mod files;
 pub mod foreach;
 #[allow(dead_code)]
 mod fsutil;
+#[cfg(feature = "iceberg")]
+pub mod iceberg;
 #[cfg(feature = "memory")]
 pub mod memory;
 pub mod quarantine;
