@@ -10,6 +10,7 @@
 //! | `console://` | [`console`] | `console` | yes | yes | append, update, complete | plain append |
 //! | `memory://<name>` | [`memory`] | `memory` | yes | yes | append, update, complete | idempotent by batch id |
 //! | `foreach://<name>` | [`foreach`] | `foreach` | yes | yes | append, update, complete | plain append (a user callback) |
+//! | `postgres://`, `postgresql://`, `sqlite://` | [`sql`] | `sql` | yes | yes | append, complete; update with `mode=upsert` | transactional (one transaction per batch with a progress row) |
 //!
 //! [`quarantine::QuarantineWriter`] (always built) writes rejected records as JSON lines.
 //!
@@ -35,6 +36,8 @@ mod fsutil;
 #[cfg(feature = "memory")]
 pub mod memory;
 pub mod quarantine;
+#[cfg(feature = "sql")]
+pub mod sql;
 
 #[cfg(feature = "files")]
 pub use files::read_committed;
