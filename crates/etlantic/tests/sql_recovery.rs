@@ -322,7 +322,12 @@ async fn killed_and_restarted(case: Case, points: &[&str], batches: &[u64]) {
     let reference = Project::new(case).await;
     reference.run_ok();
     let want = reference.rows().await;
-    assert_eq!(summary(&want), expected_summary(), "{case:?}: the uninterrupted run");
+    let mut expected = expected_summary();
+    if case == Case::PgUpsertUpdate {
+        // Update mode also emits the window the watermark has not closed yet.
+        expected.push(("05".into(), "c1".into(), "1".into()));
+    }
+    assert_eq!(summary(&want), expected, "{case:?}: the uninterrupted run");
     let last = reference.progress().await.expect("a progress row");
     assert!(last >= 11, "{case:?}: progress {last}");
     // A finished query restarted writes nothing.
@@ -416,7 +421,7 @@ fn join_project(dir: &Path, schema: &str, static_side: bool) {
         dir,
         "profiles/local.yaml",
         &format!(
-            "apiVersion: etlantic/v1\nkind: Profile\nname: local\nmode: streaming\ntrigger: available_now\ncheckpoint: file://chk\nbindings:\n  clicks: file://in?format=jsonl\n  campaigns: {PG}?table={schema}.campaigns\n  enriched: file://out/enriched/?format=jsonl\nquarantine: file://out/quarantine.jsonl\n"
+            "apiVersion: etlantic/v1\nkind: Profile\nname: local\nmode: streaming\ntrigger: available_now\ncheckpoint: file://chk\nbindings:\n  clicks: file://in?format=jsonl\n  campaigns: {PG}?query=SELECT%20*%20FROM%20{schema}.campaigns%20ORDER%20BY%20id\n  enriched: file://out/enriched/?format=jsonl\nquarantine: file://out/quarantine.jsonl\n"
         ),
     );
     write(
@@ -468,7 +473,7 @@ async fn a_postgres_table_is_the_static_side_of_a_stream_static_join() {
         .unwrap();
     assert!(o.status.success(), "{}", describe(&o));
     // The static table is read per batch; the row with a budget that is not an integer
-    // is quarantined with its row, so c2 finds no match.
+    // (row 1 of the ordered query) is quarantined with its row, so c2 finds no match.
     std::fs::write(dir.join("in/001.jsonl"), click("00:30", "c1", "u3") + "\n").unwrap();
     pg_exec(&format!("UPDATE {schema}.campaigns SET name = 'summer' WHERE id = 'c1'")).await;
     let o = Command::new(env!("CARGO_BIN_EXE_etlantic"))
@@ -501,7 +506,7 @@ async fn a_postgres_table_is_the_static_side_of_a_stream_static_join() {
     );
     let q = etlantic_sinks::quarantine::read_quarantine(dir.join("out/quarantine.jsonl")).unwrap();
     assert!(!q.is_empty());
-    assert!(q.iter().all(|l| l["code"] == "ETL702" && l["position"]["row"] == 2), "{q:?}");
+    assert!(q.iter().all(|l| l["code"] == "ETL702" && l["position"]["row"] == 1), "{q:?}");
 
     // As a streaming (non-static) source the planner refuses the table.
     let tmp2 = tempfile::tempdir().unwrap();
