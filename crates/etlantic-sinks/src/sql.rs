@@ -89,8 +89,8 @@ use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::compute::cast;
 use arrow::datatypes::{
     DataType, Date32Type, Date64Type, Float32Type, Float64Type, Int64Type, Schema, SchemaRef,
-    Time32MillisecondType, Time32SecondType, Time64MicrosecondType, Time64NanosecondType,
-    TimeUnit, TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
+    Time32MillisecondType, Time32SecondType, Time64MicrosecondType, Time64NanosecondType, TimeUnit,
+    TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
     TimestampSecondType, UInt64Type,
 };
 use etlantic_core::data::Table;
@@ -272,13 +272,17 @@ impl SqlSinkOptions {
                     })?;
                     ssl_mode = Some(v.clone());
                 }
-                other => {
-                    return Err(bad_uri(
-                        uri,
-                        format!("unknown parameter `{other}` for the SQL sink (known: table, mode, keys{})",
-                            if dialect == Dialect::Postgres { ", sslmode" } else { "" }),
-                    ))
-                }
+                other => return Err(bad_uri(
+                    uri,
+                    format!(
+                        "unknown parameter `{other}` for the SQL sink (known: table, mode, keys{})",
+                        if dialect == Dialect::Postgres {
+                            ", sslmode"
+                        } else {
+                            ""
+                        }
+                    ),
+                )),
             }
         }
         let table = table.ok_or_else(|| {
@@ -287,7 +291,10 @@ impl SqlSinkOptions {
                 "the SQL sink needs `?table=<name>` (e.g. ?table=public.counts)",
             )
         })?;
-        if dialect == Dialect::Sqlite && table.schema.is_some() && table.schema.as_deref() != Some("main") {
+        if dialect == Dialect::Sqlite
+            && table.schema.is_some()
+            && table.schema.as_deref() != Some("main")
+        {
             return Err(bad_uri(
                 uri,
                 "SQLite tables are not schema-qualified (write ?table=name)",
@@ -604,7 +611,11 @@ fn column_values(col: &ArrayRef, name: &str) -> Result<Vec<Val>> {
             let c = cast(col, &Int64).map_err(arrow_err)?;
             let a = c.as_primitive::<Int64Type>();
             for i in 0..n {
-                out.push(if a.is_null(i) { Val::Null } else { Val::I(a.value(i)) });
+                out.push(if a.is_null(i) {
+                    Val::Null
+                } else {
+                    Val::I(a.value(i))
+                });
             }
         }
         UInt64 => {
@@ -631,7 +642,11 @@ fn column_values(col: &ArrayRef, name: &str) -> Result<Vec<Val>> {
         Float64 => {
             let a = col.as_primitive::<Float64Type>();
             for i in 0..n {
-                out.push(if a.is_null(i) { Val::Null } else { Val::F(a.value(i)) });
+                out.push(if a.is_null(i) {
+                    Val::Null
+                } else {
+                    Val::F(a.value(i))
+                });
             }
         }
         Decimal128(_, _) => {
@@ -668,7 +683,11 @@ fn column_values(col: &ArrayRef, name: &str) -> Result<Vec<Val>> {
         Boolean => {
             let a = col.as_boolean();
             for i in 0..n {
-                out.push(if a.is_null(i) { Val::Null } else { Val::B(a.value(i)) });
+                out.push(if a.is_null(i) {
+                    Val::Null
+                } else {
+                    Val::B(a.value(i))
+                });
             }
         }
         Date32 | Date64 => {
@@ -760,7 +779,11 @@ fn type_err(name: &str, v: &Val) -> sqlx::error::BoxDynError {
     format!("column `{name}`: value {v:?} does not fit the column's bind type").into()
 }
 
-fn add_pg(args: &mut PgArguments, col: &ColumnPlan, v: &Val) -> std::result::Result<(), sqlx::error::BoxDynError> {
+fn add_pg(
+    args: &mut PgArguments,
+    col: &ColumnPlan,
+    v: &Val,
+) -> std::result::Result<(), sqlx::error::BoxDynError> {
     match (col.bind, v) {
         (Bind::I16, Val::Null) => args.add(None::<i16>),
         (Bind::I16, Val::I(x)) => args.add(i16::try_from(*x).map_err(|_| type_err(&col.name, v))?),
@@ -794,10 +817,11 @@ fn add_sqlite(
         Val::B(x) => args.add(*x),
         Val::T(x) if col.bind == Bind::Text => args.add(x.clone()),
         // UInt64 in SQLite: an INTEGER when it fits.
-        Val::T(x) => args.add(
-            x.parse::<i64>()
-                .map_err(|_| format!("column `{}`: {x} does not fit an SQLite INTEGER", col.name))?,
-        ),
+        Val::T(x) => {
+            args.add(x.parse::<i64>().map_err(|_| {
+                format!("column `{}`: {x} does not fit an SQLite INTEGER", col.name)
+            })?)
+        }
         Val::Y(x) => args.add(x.clone()),
     }
 }
@@ -829,7 +853,11 @@ impl Statements {
         if upsert {
             cols.push(format!(
                 "PRIMARY KEY ({})",
-                self.keys.iter().map(|k| quote(k)).collect::<Vec<_>>().join(", ")
+                self.keys
+                    .iter()
+                    .map(|k| quote(k))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ));
         }
         format!(
@@ -931,11 +959,18 @@ fn render(data: &Table, plan: &[ColumnPlan], dedupe_keys: Option<&[String]>) -> 
             // The last row of each key wins (a multi-row upsert may not touch a row twice).
             let idx: Vec<usize> = keys
                 .iter()
-                .map(|k| plan.iter().position(|c| &c.name == k).expect("checked keys"))
+                .map(|k| {
+                    plan.iter()
+                        .position(|c| &c.name == k)
+                        .expect("checked keys")
+                })
                 .collect();
             let mut last: HashMap<Vec<String>, usize> = HashMap::with_capacity(n);
             for r in 0..n {
-                let key: Vec<String> = idx.iter().map(|&i| format!("{:?}", columns[i][r])).collect();
+                let key: Vec<String> = idx
+                    .iter()
+                    .map(|&i| format!("{:?}", columns[i][r]))
+                    .collect();
                 last.insert(key, r);
             }
             let mut keep: Vec<usize> = last.into_values().collect();
@@ -980,10 +1015,9 @@ impl SqlSink {
     pub fn new(ctx: SinkContext) -> Result<Self> {
         let options = SqlSinkOptions::from_uri(&ctx.uri)?;
         let target = match options.dialect {
-            Dialect::Postgres => Target::Postgres(Box::new(pg_options(
-                &ctx.uri,
-                options.ssl_mode.as_deref(),
-            )?)),
+            Dialect::Postgres => {
+                Target::Postgres(Box::new(pg_options(&ctx.uri, options.ssl_mode.as_deref())?))
+            }
             Dialect::Sqlite => {
                 let loc = ctx.uri.location.as_str();
                 if loc.is_empty() {
@@ -1410,9 +1444,15 @@ mod tests {
         let o = opts("postgres://u@h:5432/db?table=s.t&mode=upsert&keys=a,b").unwrap();
         assert_eq!(o.dialect, Dialect::Postgres);
         assert_eq!(o.table.quoted(), "\"s\".\"t\"");
-        assert_eq!(o.table.progress_table(), "\"s\".\"_etlantic_sink_progress\"");
+        assert_eq!(
+            o.table.progress_table(),
+            "\"s\".\"_etlantic_sink_progress\""
+        );
         assert_eq!(o.keys, ["a", "b"]);
-        assert_eq!(opts("sqlite://x.db?table=t").unwrap().mode, WriteMode::Append);
+        assert_eq!(
+            opts("sqlite://x.db?table=t").unwrap().mode,
+            WriteMode::Append
+        );
         for bad in [
             "sqlite://x.db",
             "sqlite://x.db?table=t&mode=upsert",
@@ -1477,9 +1517,17 @@ mod tests {
             timestamp_text(1_704_067_200, TimeUnit::Second, false).unwrap(),
             "2024-01-01T00:00:00"
         );
-        assert_eq!(time_text(3_723_500_000_000, TimeUnit::Millisecond).unwrap(), "01:02:03.500");
-        let e = column_plan(Dialect::Sqlite, "x", &DataType::new_list(DataType::Int32, true), true)
-            .unwrap_err();
+        assert_eq!(
+            time_text(3_723_500_000_000, TimeUnit::Millisecond).unwrap(),
+            "01:02:03.500"
+        );
+        let e = column_plan(
+            Dialect::Sqlite,
+            "x",
+            &DataType::new_list(DataType::Int32, true),
+            true,
+        )
+        .unwrap_err();
         assert_eq!(e.code(), "ETL304");
     }
 }

@@ -5,15 +5,13 @@
 //! in parallel. A test that cannot reach PostgreSQL fails; none is skipped.
 
 use arrow::array::{
-    ArrayRef, BinaryArray, BooleanArray, Date32Array, Decimal128Array, Float32Array,
-    Float64Array, Int16Array, Int32Array, Int64Array, RecordBatch, StringArray,
-    Time64MicrosecondArray, TimestampMicrosecondArray, UInt64Array,
+    ArrayRef, BinaryArray, BooleanArray, Date32Array, Decimal128Array, Float32Array, Float64Array,
+    Int16Array, Int32Array, Int64Array, RecordBatch, StringArray, Time64MicrosecondArray,
+    TimestampMicrosecondArray, UInt64Array,
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use etlantic_core::data::Table;
-use etlantic_core::plugin::{
-    self, Sink, SinkBatch, SinkContext, SourceContext, WriteOutcome,
-};
+use etlantic_core::plugin::{self, Sink, SinkBatch, SinkContext, SourceContext, WriteOutcome};
 use etlantic_core::streaming::{ExecutionMode, OutputMode};
 use etlantic_core::uri::BindingUri;
 use sqlx::{Connection, Row};
@@ -27,8 +25,13 @@ const PG: &str = "postgres://postgres@127.0.0.1:5432/test";
 
 /// Where a test writes: a PostgreSQL schema of its own or an SQLite file.
 enum Db {
-    Pg { schema: String },
-    Lite { _dir: tempfile::TempDir, root: PathBuf },
+    Pg {
+        schema: String,
+    },
+    Lite {
+        _dir: tempfile::TempDir,
+        root: PathBuf,
+    },
 }
 
 impl Db {
@@ -93,13 +96,21 @@ impl Db {
         match self {
             Db::Pg { .. } => {
                 let mut c = sqlx::PgConnection::connect(PG).await.unwrap();
-                sqlx::query(sql).fetch_one(&mut c).await.unwrap().get::<i64, _>(0)
+                sqlx::query(sql)
+                    .fetch_one(&mut c)
+                    .await
+                    .unwrap()
+                    .get::<i64, _>(0)
             }
             Db::Lite { root, .. } => {
-                let o = sqlx::sqlite::SqliteConnectOptions::new()
-                    .filename(root.join("out/db.sqlite"));
+                let o =
+                    sqlx::sqlite::SqliteConnectOptions::new().filename(root.join("out/db.sqlite"));
                 let mut c = sqlx::SqliteConnection::connect_with(&o).await.unwrap();
-                sqlx::query(sql).fetch_one(&mut c).await.unwrap().get::<i64, _>(0)
+                sqlx::query(sql)
+                    .fetch_one(&mut c)
+                    .await
+                    .unwrap()
+                    .get::<i64, _>(0)
             }
         }
     }
@@ -234,7 +245,12 @@ fn kv_json(rows: &[(&str, Option<i64>)]) -> Vec<String> {
 async fn append_writes_each_batch_once_and_a_replay_is_a_no_op() {
     for db in Db::all_pg_and_lite(Db::pg("append").await) {
         let label = db.name();
-        let mut s = sink(&db, db.uri("events", ""), kv_schema(), ExecutionMode::Streaming);
+        let mut s = sink(
+            &db,
+            db.uri("events", ""),
+            kv_schema(),
+            ExecutionMode::Streaming,
+        );
         assert_eq!(s.last_committed_batch("q1").await.unwrap(), None, "{label}");
         let b0 = kv(&[("a", Some(1)), ("b", None)]);
         let b1 = kv(&[("c", Some(3))]);
@@ -248,7 +264,12 @@ async fn append_writes_each_batch_once_and_a_replay_is_a_no_op() {
         );
         // A replay of batch 1 (and of an older batch) changes nothing, also from a new
         // sink instance (after a restart).
-        let mut s2 = sink(&db, db.uri("events", ""), kv_schema(), ExecutionMode::Streaming);
+        let mut s2 = sink(
+            &db,
+            db.uri("events", ""),
+            kv_schema(),
+            ExecutionMode::Streaming,
+        );
         assert_eq!(
             write(&mut s2, "q1", 1, OutputMode::Append, &b1).await,
             WriteOutcome::AlreadyCommitted,
@@ -293,7 +314,14 @@ async fn upsert_updates_rows_by_key_in_update_mode() {
             .unwrap();
         assert!(caps.output_modes.contains(&OutputMode::Update));
         let mut s = sink(&db, uri, kv_schema(), ExecutionMode::Streaming);
-        write(&mut s, "q", 0, OutputMode::Update, &kv(&[("a", Some(1)), ("b", Some(2))])).await;
+        write(
+            &mut s,
+            "q",
+            0,
+            OutputMode::Update,
+            &kv(&[("a", Some(1)), ("b", Some(2))]),
+        )
+        .await;
         // One key twice in a batch: the last row wins.
         let out = write(
             &mut s,
@@ -314,13 +342,23 @@ async fn upsert_updates_rows_by_key_in_update_mode() {
             write(&mut s, "q", 1, OutputMode::Update, &kv(&[("a", Some(99))])).await,
             WriteOutcome::AlreadyCommitted
         );
-        assert_eq!(db.scalar(&format!("SELECT count(*) FROM {} WHERE v = 99", db.qualified("latest"))).await, 0);
+        assert_eq!(
+            db.scalar(&format!(
+                "SELECT count(*) FROM {} WHERE v = 99",
+                db.qualified("latest")
+            ))
+            .await,
+            0
+        );
         s.close().await.unwrap();
         db.drop().await;
     }
     // Without upsert the update mode is refused.
     let uri = BindingUri::parse("sqlite://x.db?table=t").unwrap();
-    let caps = plugin::sink_provider("sqlite").unwrap().capabilities(&uri).unwrap();
+    let caps = plugin::sink_provider("sqlite")
+        .unwrap()
+        .capabilities(&uri)
+        .unwrap();
     assert!(!caps.output_modes.contains(&OutputMode::Update));
 }
 
@@ -328,9 +366,28 @@ async fn upsert_updates_rows_by_key_in_update_mode() {
 async fn complete_mode_replaces_the_table_in_the_same_transaction() {
     for db in Db::all_pg_and_lite(Db::pg("complete").await) {
         let label = db.name();
-        let mut s = sink(&db, db.uri("totals", ""), kv_schema(), ExecutionMode::Streaming);
-        write(&mut s, "q", 0, OutputMode::Complete, &kv(&[("a", Some(1)), ("b", Some(1))])).await;
-        write(&mut s, "q", 1, OutputMode::Complete, &kv(&[("a", Some(2)), ("b", Some(1)), ("c", Some(1))])).await;
+        let mut s = sink(
+            &db,
+            db.uri("totals", ""),
+            kv_schema(),
+            ExecutionMode::Streaming,
+        );
+        write(
+            &mut s,
+            "q",
+            0,
+            OutputMode::Complete,
+            &kv(&[("a", Some(1)), ("b", Some(1))]),
+        )
+        .await;
+        write(
+            &mut s,
+            "q",
+            1,
+            OutputMode::Complete,
+            &kv(&[("a", Some(2)), ("b", Some(1)), ("c", Some(1))]),
+        )
+        .await;
         assert_eq!(
             db.rows("totals", &kv_schema()).await,
             kv_json(&[("a", Some(2)), ("b", Some(1)), ("c", Some(1))]),
@@ -343,7 +400,11 @@ async fn complete_mode_replaces_the_table_in_the_same_transaction() {
         );
         // An empty complete batch empties the table.
         write(&mut s, "q", 2, OutputMode::Complete, &kv(&[])).await;
-        assert_eq!(db.scalar(&format!("SELECT count(*) FROM {}", db.qualified("totals"))).await, 0);
+        assert_eq!(
+            db.scalar(&format!("SELECT count(*) FROM {}", db.qualified("totals")))
+                .await,
+            0
+        );
         assert_eq!(s.last_committed_batch("q").await.unwrap(), Some(2));
         db.drop().await;
     }
@@ -360,8 +421,20 @@ async fn a_failure_inside_the_transaction_leaves_nothing() {
             db.qualified("checked")
         ))
         .await;
-        let mut s = sink(&db, db.uri("checked", ""), kv_schema(), ExecutionMode::Streaming);
-        write(&mut s, "q", 0, OutputMode::Append, &kv(&[("first", Some(1))])).await;
+        let mut s = sink(
+            &db,
+            db.uri("checked", ""),
+            kv_schema(),
+            ExecutionMode::Streaming,
+        );
+        write(
+            &mut s,
+            "q",
+            0,
+            OutputMode::Append,
+            &kv(&[("first", Some(1))]),
+        )
+        .await;
         let keys: Vec<String> = (0..=100_000).map(|i| format!("k{i}")).collect();
         let rows: Vec<(&str, Option<i64>)> = keys
             .iter()
@@ -379,15 +452,21 @@ async fn a_failure_inside_the_transaction_leaves_nothing() {
             .unwrap_err();
         assert_eq!(err.code(), "ETL709", "{label}: {err}");
         assert_eq!(
-            db.scalar(&format!("SELECT count(*) FROM {}", db.qualified("checked"))).await,
+            db.scalar(&format!("SELECT count(*) FROM {}", db.qualified("checked")))
+                .await,
             1,
             "{label}: none of the failed batch's rows is visible"
         );
-        assert_eq!(s.last_committed_batch("q").await.unwrap(), Some(0), "{label}");
+        assert_eq!(
+            s.last_committed_batch("q").await.unwrap(),
+            Some(0),
+            "{label}"
+        );
         // The sink keeps working: the batch is retried with good rows.
         write(&mut s, "q", 1, OutputMode::Append, &kv(&rows[..50_000])).await;
         assert_eq!(
-            db.scalar(&format!("SELECT count(*) FROM {}", db.qualified("checked"))).await,
+            db.scalar(&format!("SELECT count(*) FROM {}", db.qualified("checked")))
+                .await,
             50_001
         );
         db.drop().await;
@@ -403,14 +482,31 @@ async fn child_killed_in_sink() {
     };
     let (kind, rest) = target.split_once('|').unwrap();
     let db = if kind == "pg" {
-        Db::Pg { schema: rest.to_string() }
+        Db::Pg {
+            schema: rest.to_string(),
+        }
     } else {
-        Db::Lite { _dir: tempfile::tempdir().unwrap(), root: PathBuf::from(rest) }
+        Db::Lite {
+            _dir: tempfile::tempdir().unwrap(),
+            root: PathBuf::from(rest),
+        }
     };
-    let mut s = sink(&db, db.uri("killed", ""), kv_schema(), ExecutionMode::Streaming);
+    let mut s = sink(
+        &db,
+        db.uri("killed", ""),
+        kv_schema(),
+        ExecutionMode::Streaming,
+    );
     // ETLANTIC_FAIL_POINT=in_sink:1 is set by the parent.
     write(&mut s, "q", 0, OutputMode::Append, &kv(&[("a", Some(1))])).await;
-    write(&mut s, "q", 1, OutputMode::Append, &kv(&[("b", Some(2)), ("c", Some(3))])).await;
+    write(
+        &mut s,
+        "q",
+        1,
+        OutputMode::Append,
+        &kv(&[("b", Some(2)), ("c", Some(3))]),
+    )
+    .await;
     unreachable!("the fail point aborts the process");
 }
 
@@ -424,20 +520,54 @@ async fn a_process_killed_in_the_middle_of_the_write_commits_nothing() {
             Db::Lite { root, .. } => format!("lite|{}", root.display()),
         };
         let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "child_killed_in_sink", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                "child_killed_in_sink",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env("ETLANTIC_SQL_CHILD", target)
             .env("ETLANTIC_FAIL_POINT", "in_sink:1")
             .output()
             .unwrap();
-        assert_eq!(out.status.signal(), Some(6), "{label}: {}", String::from_utf8_lossy(&out.stderr));
-        assert!(String::from_utf8_lossy(&out.stderr).contains("ETLANTIC_FAIL_POINT reached: in_sink of batch 1"));
-        // After the crash: batch 0 only; the replay of batch 1 writes it once.
-        assert_eq!(db.rows("killed", &kv_schema()).await, kv_json(&[("a", Some(1))]), "{label}");
-        let mut s = sink(&db, db.uri("killed", ""), kv_schema(), ExecutionMode::Streaming);
-        assert_eq!(s.last_committed_batch("q").await.unwrap(), Some(0));
-        write(&mut s, "q", 1, OutputMode::Append, &kv(&[("b", Some(2)), ("c", Some(3))])).await;
         assert_eq!(
-            write(&mut s, "q", 1, OutputMode::Append, &kv(&[("b", Some(2)), ("c", Some(3))])).await,
+            out.status.signal(),
+            Some(6),
+            "{label}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(String::from_utf8_lossy(&out.stderr)
+            .contains("ETLANTIC_FAIL_POINT reached: in_sink of batch 1"));
+        // After the crash: batch 0 only; the replay of batch 1 writes it once.
+        assert_eq!(
+            db.rows("killed", &kv_schema()).await,
+            kv_json(&[("a", Some(1))]),
+            "{label}"
+        );
+        let mut s = sink(
+            &db,
+            db.uri("killed", ""),
+            kv_schema(),
+            ExecutionMode::Streaming,
+        );
+        assert_eq!(s.last_committed_batch("q").await.unwrap(), Some(0));
+        write(
+            &mut s,
+            "q",
+            1,
+            OutputMode::Append,
+            &kv(&[("b", Some(2)), ("c", Some(3))]),
+        )
+        .await;
+        assert_eq!(
+            write(
+                &mut s,
+                "q",
+                1,
+                OutputMode::Append,
+                &kv(&[("b", Some(2)), ("c", Some(3))])
+            )
+            .await,
             WriteOutcome::AlreadyCommitted
         );
         assert_eq!(
@@ -478,7 +608,11 @@ fn typed_rows() -> Table {
         Arc::new(Int16Array::from(vec![Some(-32768), None, Some(7)])),
         Arc::new(Int32Array::from(vec![Some(i32::MAX), None, Some(-1)])),
         Arc::new(Int64Array::from(vec![i64::MIN, 0, i64::MAX])),
-        Arc::new(UInt64Array::from(vec![Some(5), None, Some(9_000_000_000_000_000_000)])),
+        Arc::new(UInt64Array::from(vec![
+            Some(5),
+            None,
+            Some(9_000_000_000_000_000_000),
+        ])),
         Arc::new(Float32Array::from(vec![Some(1.5), None, Some(-0.25)])),
         Arc::new(Float64Array::from(vec![Some(1e300), None, Some(0.1)])),
         Arc::new(
@@ -486,7 +620,11 @@ fn typed_rows() -> Table {
                 .with_precision_and_scale(18, 4)
                 .unwrap(),
         ),
-        Arc::new(StringArray::from(vec![Some("héllo, \"world\"\n'"), None, Some("")])),
+        Arc::new(StringArray::from(vec![
+            Some("héllo, \"world\"\n'"),
+            None,
+            Some(""),
+        ])),
         Arc::new(BooleanArray::from(vec![Some(true), None, Some(false)])),
         Arc::new(Date32Array::from(vec![Some(19_723), None, Some(-1)])),
         Arc::new(TimestampMicrosecondArray::from(vec![
@@ -498,14 +636,21 @@ fn typed_rows() -> Table {
             TimestampMicrosecondArray::from(vec![Some(1_704_067_200_000_001), None, Some(0)])
                 .with_timezone("UTC"),
         ),
-        Arc::new(Time64MicrosecondArray::from(vec![Some(3_723_000_001), None, Some(0)])),
+        Arc::new(Time64MicrosecondArray::from(vec![
+            Some(3_723_000_001),
+            None,
+            Some(0),
+        ])),
         Arc::new(BinaryArray::from(vec![
             Some(&[0u8, 255, 10, 92][..]),
             None,
             Some(&b""[..]),
         ])),
     ];
-    Table::new(schema.clone(), vec![RecordBatch::try_new(schema, cols).unwrap()])
+    Table::new(
+        schema.clone(),
+        vec![RecordBatch::try_new(schema, cols).unwrap()],
+    )
 }
 
 #[tokio::test]
@@ -513,7 +658,12 @@ async fn every_type_survives_a_round_trip() {
     for db in Db::all_pg_and_lite(Db::pg("types").await) {
         let label = db.name();
         let t = typed_rows();
-        let mut s = sink(&db, db.uri("typed", ""), typed_schema(), ExecutionMode::Batch);
+        let mut s = sink(
+            &db,
+            db.uri("typed", ""),
+            typed_schema(),
+            ExecutionMode::Batch,
+        );
         assert_eq!(
             write(&mut s, "plan", 0, OutputMode::Append, &t).await,
             WriteOutcome::Written { rows: 3 }
@@ -563,11 +713,26 @@ async fn every_type_survives_a_round_trip() {
         }
         // A batch run writes again (no progress row): append appends.
         write(&mut s, "plan", 0, OutputMode::Append, &t).await;
-        assert_eq!(db.scalar(&format!("SELECT count(*) FROM {}", db.qualified("typed"))).await, 6, "{label}");
+        assert_eq!(
+            db.scalar(&format!("SELECT count(*) FROM {}", db.qualified("typed")))
+                .await,
+            6,
+            "{label}"
+        );
         // overwrite replaces.
-        let mut o = sink(&db, db.uri("typed", "&mode=overwrite"), typed_schema(), ExecutionMode::Batch);
+        let mut o = sink(
+            &db,
+            db.uri("typed", "&mode=overwrite"),
+            typed_schema(),
+            ExecutionMode::Batch,
+        );
         write(&mut o, "plan", 0, OutputMode::Append, &t).await;
-        assert_eq!(db.scalar(&format!("SELECT count(*) FROM {}", db.qualified("typed"))).await, 3, "{label}");
+        assert_eq!(
+            db.scalar(&format!("SELECT count(*) FROM {}", db.qualified("typed")))
+                .await,
+            3,
+            "{label}"
+        );
         db.drop().await;
     }
 }
@@ -584,7 +749,12 @@ async fn a_large_batch_is_chunked_under_the_bind_limits() {
             .collect();
         let t = kv(&rows);
         for (table, extra) in [("big", ""), ("big_upsert", "&mode=upsert&keys=k")] {
-            let mut s = sink(&db, db.uri(table, extra), kv_schema(), ExecutionMode::Streaming);
+            let mut s = sink(
+                &db,
+                db.uri(table, extra),
+                kv_schema(),
+                ExecutionMode::Streaming,
+            );
             let started = std::time::Instant::now();
             assert_eq!(
                 write(&mut s, "q", 0, OutputMode::Append, &t).await,
@@ -595,10 +765,18 @@ async fn a_large_batch_is_chunked_under_the_bind_limits() {
                 started.elapsed().as_millis()
             );
             let q = db.qualified(table);
-            assert_eq!(db.scalar(&format!("SELECT count(*) FROM {q}")).await, 100_000);
-            assert_eq!(db.scalar(&format!("SELECT count(*) FROM {q} WHERE v IS NULL")).await, 14_286);
             assert_eq!(
-                db.scalar(&format!("SELECT CAST(sum(v) AS BIGINT) FROM {q}")).await,
+                db.scalar(&format!("SELECT count(*) FROM {q}")).await,
+                100_000
+            );
+            assert_eq!(
+                db.scalar(&format!("SELECT count(*) FROM {q} WHERE v IS NULL"))
+                    .await,
+                14_286
+            );
+            assert_eq!(
+                db.scalar(&format!("SELECT CAST(sum(v) AS BIGINT) FROM {q}"))
+                    .await,
                 (0..100_000i64).filter(|i| i % 7 != 0).sum::<i64>()
             );
         }
@@ -609,10 +787,7 @@ async fn a_large_batch_is_chunked_under_the_bind_limits() {
 #[tokio::test]
 async fn connection_errors_never_show_the_password() {
     let db = Db::lite();
-    let uri = BindingUri::parse(
-        "postgres://etl:s3cr3t-p4ss@127.0.0.1:1/test?table=t",
-    )
-    .unwrap();
+    let uri = BindingUri::parse("postgres://etl:s3cr3t-p4ss@127.0.0.1:1/test?table=t").unwrap();
     let mut s = sink(&db, uri, kv_schema(), ExecutionMode::Streaming);
     let e = s
         .write(SinkBatch {

@@ -43,7 +43,7 @@
 //! the result (`position.row`) and the row rendered as JSON (`raw`).
 
 use crate::decode::{BatchBuilder, ContractDecoder};
-use arrow::array::{ArrayRef, LargeBinaryArray, RecordBatch, BinaryArray};
+use arrow::array::{ArrayRef, BinaryArray, LargeBinaryArray, RecordBatch};
 use arrow::datatypes::{DataType, SchemaRef};
 use etlantic_core::data::{Offset, SourcePosition};
 use etlantic_core::diagnostics::{codes, Error, Result};
@@ -142,7 +142,10 @@ impl SqlSourceOptions {
                         None => (None, v.clone()),
                     };
                     if name.is_empty() || name.contains('.') || schema.as_deref() == Some("") {
-                        return Err(bad_uri(uri, format!("`table={v}` is not `name` or `schema.name`")));
+                        return Err(bad_uri(
+                            uri,
+                            format!("`table={v}` is not `name` or `schema.name`"),
+                        ));
                     }
                     SqlRead::Table { schema, name }
                 }
@@ -159,20 +162,27 @@ impl SqlSourceOptions {
                     ssl_mode = Some(v.clone());
                     continue;
                 }
-                other => {
-                    return Err(bad_uri(
-                        uri,
-                        format!("unknown parameter `{other}` for the SQL source (known: table, query{})",
-                            if dialect == Dialect::Postgres { ", sslmode" } else { "" }),
-                    ))
-                }
+                other => return Err(bad_uri(
+                    uri,
+                    format!(
+                        "unknown parameter `{other}` for the SQL source (known: table, query{})",
+                        if dialect == Dialect::Postgres {
+                            ", sslmode"
+                        } else {
+                            ""
+                        }
+                    ),
+                )),
             };
             if read.replace(this).is_some() {
                 return Err(bad_uri(uri, "give one of `table=` and `query=`, not both"));
             }
         }
         let read = read.ok_or_else(|| {
-            bad_uri(uri, "the SQL source needs `?table=<name>` or `?query=<SELECT ...>`")
+            bad_uri(
+                uri,
+                "the SQL source needs `?table=<name>` or `?query=<SELECT ...>`",
+            )
         })?;
         Ok(SqlSourceOptions {
             dialect,
@@ -264,7 +274,8 @@ fn capabilities(uri: &BindingUri) -> Result<SourceCapabilities> {
     })
 }
 
-const PG_DESCRIPTION: &str = "A PostgreSQL table or query, read as a bounded table (batch runs, static sides of joins)";
+const PG_DESCRIPTION: &str =
+    "A PostgreSQL table or query, read as a bounded table (batch runs, static sides of joins)";
 
 impl SourceProvider for PostgresSourceProvider {
     fn scheme(&self) -> &'static str {
@@ -340,10 +351,9 @@ impl SqlSource {
     pub fn new(ctx: SourceContext) -> Result<Self> {
         let options = SqlSourceOptions::from_uri(&ctx.uri)?;
         let target = match options.dialect {
-            Dialect::Postgres => Target::Postgres(Box::new(pg_options(
-                &ctx.uri,
-                options.ssl_mode.as_deref(),
-            )?)),
+            Dialect::Postgres => {
+                Target::Postgres(Box::new(pg_options(&ctx.uri, options.ssl_mode.as_deref())?))
+            }
             Dialect::Sqlite => {
                 if ctx.uri.location.is_empty() {
                     return Err(bad_uri(&ctx.uri, "an SQLite binding needs a file path"));
@@ -391,9 +401,9 @@ impl SqlSource {
                     {
                         let mut raws = Vec::with_capacity(row.columns().len());
                         for (i, col) in row.columns().iter().enumerate() {
-                            let v = row
-                                .try_get_raw(i)
-                                .map_err(|e| self.fail(&codes::IO_ERROR, "cannot read a value", e))?;
+                            let v = row.try_get_raw(i).map_err(|e| {
+                                self.fail(&codes::IO_ERROR, "cannot read a value", e)
+                            })?;
                             let raw = if v.is_null() {
                                 Raw::Null
                             } else {
@@ -422,9 +432,9 @@ impl SqlSource {
                     {
                         let mut raws = Vec::with_capacity(row.columns().len());
                         for (i, col) in row.columns().iter().enumerate() {
-                            let v = row
-                                .try_get_raw(i)
-                                .map_err(|e| self.fail(&codes::IO_ERROR, "cannot read a value", e))?;
+                            let v = row.try_get_raw(i).map_err(|e| {
+                                self.fail(&codes::IO_ERROR, "cannot read a value", e)
+                            })?;
                             let kind = if v.is_null() {
                                 "NULL".to_string()
                             } else {
@@ -432,10 +442,24 @@ impl SqlSource {
                             };
                             let raw = match kind.as_str() {
                                 "NULL" => Raw::Null,
-                                "INTEGER" | "BOOLEAN" => Raw::Int(row.try_get_unchecked::<i64, _>(i).map_err(|e| self.fail(&codes::IO_ERROR, "cannot read a value", e))?),
-                                "REAL" | "NUMERIC" => Raw::Float(row.try_get_unchecked::<f64, _>(i).map_err(|e| self.fail(&codes::IO_ERROR, "cannot read a value", e))?),
-                                "BLOB" => Raw::Bytes(row.try_get_unchecked::<Vec<u8>, _>(i).map_err(|e| self.fail(&codes::IO_ERROR, "cannot read a value", e))?),
-                                _ => Raw::Text(row.try_get_unchecked::<String, _>(i).map_err(|e| self.fail(&codes::IO_ERROR, "cannot read a value", e))?),
+                                "INTEGER" | "BOOLEAN" => {
+                                    Raw::Int(row.try_get_unchecked::<i64, _>(i).map_err(|e| {
+                                        self.fail(&codes::IO_ERROR, "cannot read a value", e)
+                                    })?)
+                                }
+                                "REAL" | "NUMERIC" => {
+                                    Raw::Float(row.try_get_unchecked::<f64, _>(i).map_err(|e| {
+                                        self.fail(&codes::IO_ERROR, "cannot read a value", e)
+                                    })?)
+                                }
+                                "BLOB" => {
+                                    Raw::Bytes(row.try_get_unchecked::<Vec<u8>, _>(i).map_err(
+                                        |e| self.fail(&codes::IO_ERROR, "cannot read a value", e),
+                                    )?)
+                                }
+                                _ => Raw::Text(row.try_get_unchecked::<String, _>(i).map_err(
+                                    |e| self.fail(&codes::IO_ERROR, "cannot read a value", e),
+                                )?),
                             };
                             raws.push((col.name(), raw));
                         }
@@ -511,7 +535,9 @@ fn hex_encode(b: &[u8]) -> String {
 fn pg_raw(type_name: &str, text: &str) -> Raw {
     let fallback = || Raw::Text(text.to_string());
     match type_name {
-        "INT2" | "INT4" | "INT8" | "OID" => text.parse().map(Raw::Int).unwrap_or_else(|_| fallback()),
+        "INT2" | "INT4" | "INT8" | "OID" => {
+            text.parse().map(Raw::Int).unwrap_or_else(|_| fallback())
+        }
         "FLOAT4" | "FLOAT8" => text.parse().map(Raw::Float).unwrap_or_else(|_| fallback()),
         "NUMERIC" => Raw::Num(text.to_string()),
         "BOOL" => match text {
@@ -539,7 +565,9 @@ fn pg_raw(type_name: &str, text: &str) -> Raw {
 }
 
 fn number(text: &str) -> Option<Value> {
-    serde_json::from_str::<Number>(text.trim()).ok().map(Value::Number)
+    serde_json::from_str::<Number>(text.trim())
+        .ok()
+        .map(Value::Number)
 }
 
 /// The JSON value handed to the contract decoder for a field of type `dt`.
@@ -634,7 +662,11 @@ impl<'a> Reader<'a> {
                     return Err(self.source.fail(
                         &codes::RECORD_TYPE_MISMATCH,
                         "the result has no column for a required field",
-                        format!("`{}` (columns: {})", f.name(), raws.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")),
+                        format!(
+                            "`{}` (columns: {})",
+                            f.name(),
+                            raws.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+                        ),
                     ));
                 }
             }
@@ -659,7 +691,11 @@ impl<'a> Reader<'a> {
                 };
                 obj.insert(
                     f.name().clone(),
-                    if b.is_some() { Value::String(String::new()) } else { Value::Null },
+                    if b.is_some() {
+                        Value::String(String::new())
+                    } else {
+                        Value::Null
+                    },
                 );
                 bytes.push(b);
             } else {
@@ -728,11 +764,20 @@ mod tests {
 
     #[test]
     fn options() {
-        let o = SqlSourceOptions::from_uri(&BindingUri::parse("postgres://u@h/db?table=s.t").unwrap()).unwrap();
+        let o =
+            SqlSourceOptions::from_uri(&BindingUri::parse("postgres://u@h/db?table=s.t").unwrap())
+                .unwrap();
         assert_eq!(o.read.sql(), "SELECT * FROM \"s\".\"t\"");
-        let o = SqlSourceOptions::from_uri(&BindingUri::parse("sqlite://x.db?query=SELECT%201").unwrap()).unwrap();
+        let o = SqlSourceOptions::from_uri(
+            &BindingUri::parse("sqlite://x.db?query=SELECT%201").unwrap(),
+        )
+        .unwrap();
         assert_eq!(o.read, SqlRead::Query("SELECT 1".into()));
-        for bad in ["sqlite://x.db", "sqlite://x.db?table=t&query=SELECT%201", "sqlite://x.db?table=t&x=1"] {
+        for bad in [
+            "sqlite://x.db",
+            "sqlite://x.db?table=t&query=SELECT%201",
+            "sqlite://x.db?table=t&x=1",
+        ] {
             let e = SqlSourceOptions::from_uri(&BindingUri::parse(bad).unwrap()).unwrap_err();
             assert_eq!(e.code(), "ETL007", "{bad}");
         }
@@ -740,13 +785,28 @@ mod tests {
 
     #[test]
     fn postgres_text_values() {
-        assert_eq!(pg_raw("TIMESTAMPTZ", "2024-01-01 10:00:00.5+00"), Raw::Text("2024-01-01T10:00:00.5+00:00".into()));
-        assert_eq!(pg_raw("TIMESTAMPTZ", "2024-01-01 10:00:00+05:30"), Raw::Text("2024-01-01T10:00:00+05:30".into()));
+        assert_eq!(
+            pg_raw("TIMESTAMPTZ", "2024-01-01 10:00:00.5+00"),
+            Raw::Text("2024-01-01T10:00:00.5+00:00".into())
+        );
+        assert_eq!(
+            pg_raw("TIMESTAMPTZ", "2024-01-01 10:00:00+05:30"),
+            Raw::Text("2024-01-01T10:00:00+05:30".into())
+        );
         assert_eq!(pg_raw("BYTEA", "\\x00ff"), Raw::Bytes(vec![0, 255]));
         assert_eq!(pg_raw("BOOL", "t"), Raw::Bool(true));
         assert_eq!(pg_raw("INT8", "-7"), Raw::Int(-7));
-        assert_eq!(json_for(&Raw::Num("12.50".into()), &DataType::Decimal128(10, 2)), Value::String("12.50".into()));
-        assert_eq!(json_for(&Raw::Int(1), &DataType::Boolean), Value::Bool(true));
-        assert_eq!(json_for(&Raw::Text("42".into()), &DataType::Int32), Value::from(42));
+        assert_eq!(
+            json_for(&Raw::Num("12.50".into()), &DataType::Decimal128(10, 2)),
+            Value::String("12.50".into())
+        );
+        assert_eq!(
+            json_for(&Raw::Int(1), &DataType::Boolean),
+            Value::Bool(true)
+        );
+        assert_eq!(
+            json_for(&Raw::Text("42".into()), &DataType::Int32),
+            Value::from(42)
+        );
     }
 }

@@ -178,7 +178,11 @@ async fn a_postgres_table_is_read_into_the_contract_and_bad_rows_are_quarantined
             (3, "ETL702".into(), Some("small".into())),
         ]
     );
-    let r = got.rejected.iter().find(|r| r.position.row == Some(3)).unwrap();
+    let r = got
+        .rejected
+        .iter()
+        .find(|r| r.position.row == Some(3))
+        .unwrap();
     assert_eq!(r.position.asset, "orders");
     let raw: serde_json::Value = serde_json::from_str(&r.raw).unwrap();
     assert_eq!(raw["small"], 40000);
@@ -202,14 +206,24 @@ async fn a_postgres_table_is_read_into_the_contract_and_bad_rows_are_quarantined
         [r#"{"id":4,"name":"d"}"#, r#"{"id":5,"name":"e"}"#]
     );
     // A required field the result does not have fails the read.
-    let missing = Arc::new(Schema::new(vec![Field::new("nope", DataType::Int64, false)]));
-    let e = read(&format!("{PG}?table={schema_name}.orders"), missing, tmp.path())
-        .await
-        .unwrap_err();
+    let missing = Arc::new(Schema::new(vec![Field::new(
+        "nope",
+        DataType::Int64,
+        false,
+    )]));
+    let e = read(
+        &format!("{PG}?table={schema_name}.orders"),
+        missing,
+        tmp.path(),
+    )
+    .await
+    .unwrap_err();
     assert_eq!(e.code(), "ETL702");
     // A missing table is an I/O error naming the target without a password.
     let e = read(
-        &format!("postgres://postgres:pw-not-shown@127.0.0.1:5432/test?table={schema_name}.nothing"),
+        &format!(
+            "postgres://postgres:pw-not-shown@127.0.0.1:5432/test?table={schema_name}.nothing"
+        ),
         ids,
         tmp.path(),
     )
@@ -217,7 +231,10 @@ async fn a_postgres_table_is_read_into_the_contract_and_bad_rows_are_quarantined
     .unwrap_err();
     assert_eq!(e.code(), "ETL706");
     assert!(!e.to_string().contains("pw-not-shown"), "{e}");
-    assert!(e.to_string().contains("postgres@127.0.0.1:5432/test"), "{e}");
+    assert!(
+        e.to_string().contains("postgres@127.0.0.1:5432/test"),
+        "{e}"
+    );
     pg_exec(&format!("DROP SCHEMA {schema_name} CASCADE")).await;
 }
 

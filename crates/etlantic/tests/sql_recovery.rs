@@ -71,7 +71,9 @@ fn contract(id: &str, cols: &[(&str, &str)]) -> String {
         "version: \"1.0.0\"\napiVersion: \"v3.1.0\"\nkind: \"DataContract\"\nid: \"{id}\"\nname: \"{id}\"\nstatus: \"active\"\nschema:\n  - name: \"{id}\"\n    logicalType: \"object\"\n    properties:\n"
     );
     for (n, t) in cols {
-        s.push_str(&format!("      - name: \"{n}\"\n        logicalType: \"{t}\"\n"));
+        s.push_str(&format!(
+            "      - name: \"{n}\"\n        logicalType: \"{t}\"\n"
+        ));
     }
     s
 }
@@ -144,16 +146,34 @@ impl Project {
             }
         };
         if case != Case::SqliteAppend {
-            pg_exec(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}")).await;
+            pg_exec(&format!(
+                "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
+            ))
+            .await;
         }
-        let mode = if case == Case::PgUpsertUpdate { "update" } else { "append" };
+        let mode = if case == Case::PgUpsertUpdate {
+            "update"
+        } else {
+            "append"
+        };
         let dir = tmp.path();
         write(dir, "pipeline.yaml", &PIPELINE.replace("OUTPUT_MODE", mode));
-        write(dir, "profiles/local.yaml", &PROFILE.replace("BINDING", &binding));
+        write(
+            dir,
+            "profiles/local.yaml",
+            &PROFILE.replace("BINDING", &binding),
+        );
         write(
             dir,
             "contracts/clicks.yaml",
-            &contract("clicks", &[("ts", "timestamp"), ("campaign", "string"), ("user", "string")]),
+            &contract(
+                "clicks",
+                &[
+                    ("ts", "timestamp"),
+                    ("campaign", "string"),
+                    ("user", "string"),
+                ],
+            ),
         );
         write(
             dir,
@@ -244,7 +264,10 @@ impl Project {
     async fn progress(&self) -> Option<i64> {
         let sql = match self.case {
             Case::SqliteAppend => "SELECT batch_id FROM _etlantic_sink_progress".to_string(),
-            _ => format!("SELECT batch_id FROM {}._etlantic_sink_progress", self.schema),
+            _ => format!(
+                "SELECT batch_id FROM {}._etlantic_sink_progress",
+                self.schema
+            ),
         };
         match self.case {
             Case::SqliteAppend => {
@@ -340,7 +363,12 @@ async fn killed_and_restarted(case: Case, points: &[&str], batches: &[u64]) {
             let label = format!("{case:?} {point}:{batch}");
             let p = Project::new(case).await;
             let o = p.run(Some(&format!("{point}:{batch}")));
-            assert_eq!(o.status.signal(), Some(6), "{label}: must abort\n{}", describe(&o));
+            assert_eq!(
+                o.status.signal(),
+                Some(6),
+                "{label}: must abort\n{}",
+                describe(&o)
+            );
             assert!(
                 String::from_utf8_lossy(&o.stderr).contains("ETLANTIC_FAIL_POINT reached"),
                 "{label}: {}",
@@ -350,7 +378,11 @@ async fn killed_and_restarted(case: Case, points: &[&str], batches: &[u64]) {
             let progress = p.progress().await;
             let committed = !matches!(*point, "after_offsets" | "in_sink");
             if case != Case::PgUpsertUpdate {
-                let expected = if committed { Some(*batch as i64) } else { batch.checked_sub(1).map(|b| b as i64) };
+                let expected = if committed {
+                    Some(*batch as i64)
+                } else {
+                    batch.checked_sub(1).map(|b| b as i64)
+                };
                 assert_eq!(progress, expected, "{label}: progress row after the crash");
             }
             p.run_ok();
@@ -361,7 +393,13 @@ async fn killed_and_restarted(case: Case, points: &[&str], batches: &[u64]) {
     }
 }
 
-const POINTS: [&str; 5] = ["after_offsets", "in_sink", "after_sink", "after_state", "after_commit"];
+const POINTS: [&str; 5] = [
+    "after_offsets",
+    "in_sink",
+    "after_sink",
+    "after_state",
+    "after_commit",
+];
 
 #[tokio::test]
 async fn postgres_append_killed_at_every_step_loses_and_duplicates_nothing() {
@@ -415,7 +453,14 @@ fn join_project(dir: &Path, schema: &str, static_side: bool) {
     write(
         dir,
         "pipeline.yaml",
-        &JOIN_PIPELINE.replace("STATIC", if static_side { "static_refresh: per_batch" } else { "" }),
+        &JOIN_PIPELINE.replace(
+            "STATIC",
+            if static_side {
+                "static_refresh: per_batch"
+            } else {
+                ""
+            },
+        ),
     );
     write(
         dir,
@@ -427,12 +472,22 @@ fn join_project(dir: &Path, schema: &str, static_side: bool) {
     write(
         dir,
         "contracts/clicks.yaml",
-        &contract("clicks", &[("ts", "timestamp"), ("campaign", "string"), ("user", "string")]),
+        &contract(
+            "clicks",
+            &[
+                ("ts", "timestamp"),
+                ("campaign", "string"),
+                ("user", "string"),
+            ],
+        ),
     );
     write(
         dir,
         "contracts/campaigns.yaml",
-        &contract("campaigns", &[("id", "string"), ("name", "string"), ("budget", "integer")]),
+        &contract(
+            "campaigns",
+            &[("id", "string"), ("name", "string"), ("budget", "integer")],
+        ),
     );
     write(
         dir,
@@ -449,7 +504,11 @@ fn join_project(dir: &Path, schema: &str, static_side: bool) {
             ],
         ),
     );
-    write(dir, "in/000.jsonl", &(click("00:10", "c1", "u1") + "\n" + &click("00:20", "c2", "u2") + "\n"));
+    write(
+        dir,
+        "in/000.jsonl",
+        &(click("00:10", "c1", "u1") + "\n" + &click("00:20", "c2", "u2") + "\n"),
+    );
 }
 
 #[tokio::test]
@@ -475,7 +534,10 @@ async fn a_postgres_table_is_the_static_side_of_a_stream_static_join() {
     // The static table is read per batch; the row with a budget that is not an integer
     // (row 1 of the ordered query) is quarantined with its row, so c2 finds no match.
     std::fs::write(dir.join("in/001.jsonl"), click("00:30", "c1", "u3") + "\n").unwrap();
-    pg_exec(&format!("UPDATE {schema}.campaigns SET name = 'summer' WHERE id = 'c1'")).await;
+    pg_exec(&format!(
+        "UPDATE {schema}.campaigns SET name = 'summer' WHERE id = 'c1'"
+    ))
+    .await;
     let o = Command::new(env!("CARGO_BIN_EXE_etlantic"))
         .current_dir(dir)
         .args(["run", "pipeline.yaml", "--format", "json"])
@@ -492,7 +554,10 @@ async fn a_postgres_table_is_the_static_side_of_a_stream_static_join() {
         w.finish().unwrap();
         for line in String::from_utf8(w.into_inner()).unwrap().lines() {
             let v: Value = serde_json::from_str(line).unwrap();
-            rows.push(format!("{} {} {} {}", v["user"], v["campaign"], v["name"], v["budget"]));
+            rows.push(format!(
+                "{} {} {} {}",
+                v["user"], v["campaign"], v["name"], v["budget"]
+            ));
         }
     }
     rows.sort();
@@ -506,18 +571,39 @@ async fn a_postgres_table_is_the_static_side_of_a_stream_static_join() {
     );
     let q = etlantic_sinks::quarantine::read_quarantine(dir.join("out/quarantine.jsonl")).unwrap();
     assert!(!q.is_empty());
-    assert!(q.iter().all(|l| l["code"] == "ETL702" && l["position"]["row"] == 1), "{q:?}");
+    assert!(
+        q.iter()
+            .all(|l| l["code"] == "ETL702" && l["position"]["row"] == 1),
+        "{q:?}"
+    );
 
     // As a streaming (non-static) source the planner refuses the table.
     let tmp2 = tempfile::tempdir().unwrap();
     join_project(tmp2.path(), &schema, false);
+    write(
+        tmp2.path(),
+        "pipeline.yaml",
+        "apiVersion: etlantic/v1\nkind: Pipeline\nname: copy_campaigns\nassets:\n  campaigns:\n    contract: contracts/campaigns.yaml\n  campaigns_out:\n    contract: contracts/campaigns.yaml\nsources:\n  - id: campaigns\n    asset: campaigns\nsinks:\n  - id: write_campaigns\n    input: campaigns\n    asset: campaigns_out\n    output_mode: append\n",
+    );
+    write(
+        tmp2.path(),
+        "profiles/local.yaml",
+        &format!("apiVersion: etlantic/v1\nkind: Profile\nname: local\nmode: streaming\ntrigger: available_now\ncheckpoint: file://chk\nbindings:\n  campaigns: {PG}?table={schema}.campaigns\n  campaigns_out: file://out/c/?format=jsonl\n"),
+    );
     let o = Command::new(env!("CARGO_BIN_EXE_etlantic"))
         .current_dir(tmp2.path())
         .args(["run", "pipeline.yaml", "--format", "json"])
         .output()
         .unwrap();
     assert!(!o.status.success());
-    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-    assert!(text.contains("ETL503"), "{text}");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        text.contains("ETL503") && text.contains("cannot be read in a streaming run"),
+        "{text}"
+    );
     pg_exec(&format!("DROP SCHEMA {schema} CASCADE")).await;
 }
