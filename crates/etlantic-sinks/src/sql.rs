@@ -272,9 +272,10 @@ impl SqlSinkOptions {
                     })?;
                     ssl_mode = Some(v.clone());
                 }
-                other => return Err(bad_uri(
-                    uri,
-                    format!(
+                other => {
+                    return Err(bad_uri(
+                        uri,
+                        format!(
                         "unknown parameter `{other}` for the SQL sink (known: table, mode, keys{})",
                         if dialect == Dialect::Postgres {
                             ", sslmode"
@@ -282,7 +283,8 @@ impl SqlSinkOptions {
                             ""
                         }
                     ),
-                )),
+                    ))
+                }
             }
         }
         let table = table.ok_or_else(|| {
@@ -320,7 +322,7 @@ impl SqlSinkOptions {
 #[derive(Clone)]
 pub(crate) enum Target {
     Postgres(Box<PgConnectOptions>),
-    Sqlite(SqliteConnectOptions),
+    Sqlite(Box<SqliteConnectOptions>),
 }
 
 /// Parses `[user[:password]@]host[:port]/database`. The password is taken literally (a
@@ -965,14 +967,16 @@ fn render(data: &Table, plan: &[ColumnPlan], dedupe_keys: Option<&[String]>) -> 
                         .expect("checked keys")
                 })
                 .collect();
-            let mut last: HashMap<Vec<String>, usize> = HashMap::with_capacity(n);
-            for r in 0..n {
-                let key: Vec<String> = idx
-                    .iter()
-                    .map(|&i| format!("{:?}", columns[i][r]))
-                    .collect();
-                last.insert(key, r);
-            }
+            // Collecting into a map keeps the last row of each key.
+            let last: HashMap<Vec<String>, usize> = (0..n)
+                .map(|r| {
+                    let key: Vec<String> = idx
+                        .iter()
+                        .map(|&i| format!("{:?}", columns[i][r]))
+                        .collect();
+                    (key, r)
+                })
+                .collect();
             let mut keep: Vec<usize> = last.into_values().collect();
             keep.sort_unstable();
             keep
@@ -1023,7 +1027,7 @@ impl SqlSink {
                 if loc.is_empty() {
                     return Err(bad_uri(&ctx.uri, "an SQLite binding needs a file path"));
                 }
-                Target::Sqlite(sqlite_options(&ctx.resolve_path(loc)))
+                Target::Sqlite(Box::new(sqlite_options(&ctx.resolve_path(loc))))
             }
         };
         let schema: SchemaRef = ctx.schema.clone();

@@ -162,9 +162,10 @@ impl SqlSourceOptions {
                     ssl_mode = Some(v.clone());
                     continue;
                 }
-                other => return Err(bad_uri(
-                    uri,
-                    format!(
+                other => {
+                    return Err(bad_uri(
+                        uri,
+                        format!(
                         "unknown parameter `{other}` for the SQL source (known: table, query{})",
                         if dialect == Dialect::Postgres {
                             ", sslmode"
@@ -172,7 +173,8 @@ impl SqlSourceOptions {
                             ""
                         }
                     ),
-                )),
+                    ))
+                }
             };
             if read.replace(this).is_some() {
                 return Err(bad_uri(uri, "give one of `table=` and `query=`, not both"));
@@ -324,7 +326,7 @@ impl SourceProvider for SqliteSourceProvider {
 
 enum Target {
     Postgres(Box<PgConnectOptions>),
-    Sqlite(SqliteConnectOptions),
+    Sqlite(Box<SqliteConnectOptions>),
 }
 
 /// A `postgres://` or `sqlite://` source (see the [module docs](self)).
@@ -358,12 +360,12 @@ impl SqlSource {
                 if ctx.uri.location.is_empty() {
                     return Err(bad_uri(&ctx.uri, "an SQLite binding needs a file path"));
                 }
-                Target::Sqlite(
+                Target::Sqlite(Box::new(
                     SqliteConnectOptions::new()
                         .filename(ctx.resolve_path(&ctx.uri.location))
                         .read_only(true)
                         .create_if_missing(false),
-                )
+                ))
             }
         };
         let decoder = ContractDecoder::new(ctx.schema.clone(), ctx.contract.as_deref())?;
@@ -518,7 +520,7 @@ enum Raw {
 }
 
 fn hex_decode(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len())
