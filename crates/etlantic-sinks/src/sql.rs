@@ -249,7 +249,7 @@ impl SqlSinkOptions {
                 "mode" => {
                     mode = match v.to_ascii_lowercase().as_str() {
                         "append" => WriteMode::Append,
-                        "upsert" | "merge" => WriteMode::Upsert,
+                        "upsert" => WriteMode::Upsert,
                         "overwrite" => WriteMode::Overwrite,
                         _ => {
                             return Err(bad_uri(

@@ -607,3 +607,88 @@ async fn a_postgres_table_is_the_static_side_of_a_stream_static_join() {
     );
     pg_exec(&format!("DROP SCHEMA {schema} CASCADE")).await;
 }
+
+// ------------------------------------------------------------------ batch runs
+
+#[tokio::test]
+async fn a_batch_run_copies_an_sqlite_table_into_postgres() {
+    let schema = format!("etl_e2e_batch_{}", std::process::id());
+    pg_exec(&format!(
+        "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
+    ))
+    .await;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let db = dir.join("data/shop.db");
+    std::fs::create_dir_all(db.parent().unwrap()).unwrap();
+    {
+        let o = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(&db)
+            .create_if_missing(true);
+        let mut c = sqlx::SqliteConnection::connect_with(&o).await.unwrap();
+        sqlx::raw_sql(
+            "CREATE TABLE campaigns (id TEXT, name TEXT, budget INTEGER);
+             INSERT INTO campaigns VALUES ('c1', 'spring', 100), ('c2', 'summer', 'lots'), ('c3', NULL, 7);",
+        )
+        .execute(&mut c)
+        .await
+        .unwrap();
+        c.close().await.unwrap();
+    }
+    write(
+        dir,
+        "pipeline.yaml",
+        "apiVersion: etlantic/v1\nkind: Pipeline\nname: copy_campaigns\nassets:\n  campaigns:\n    contract: contracts/campaigns.yaml\n  campaigns_out:\n    contract: contracts/campaigns.yaml\nsources:\n  - id: campaigns\n    asset: campaigns\nsinks:\n  - id: write_campaigns\n    input: campaigns\n    asset: campaigns_out\n",
+    );
+    write(
+        dir,
+        "profiles/local.yaml",
+        &format!("apiVersion: etlantic/v1\nkind: Profile\nname: local\nmode: batch\nbindings:\n  campaigns: sqlite://data/shop.db?table=campaigns\n  campaigns_out: {PG}?table={schema}.campaigns&mode=overwrite\nquarantine: file://out/quarantine.jsonl\n"),
+    );
+    write(
+        dir,
+        "contracts/campaigns.yaml",
+        &contract(
+            "campaigns",
+            &[("id", "string"), ("name", "string"), ("budget", "integer")],
+        ),
+    );
+    for _ in 0..2 {
+        let o = Command::new(env!("CARGO_BIN_EXE_etlantic"))
+            .current_dir(dir)
+            .args(["run", "pipeline.yaml", "--format", "json"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", describe(&o));
+    }
+    // overwrite: the second run replaced the first run's rows.
+    let mut c = sqlx::PgConnection::connect(PG).await.unwrap();
+    let rows: Vec<(String, Option<String>, Option<i64>)> = sqlx::query_as(&format!(
+        "SELECT id, name, budget FROM {schema}.campaigns ORDER BY id"
+    ))
+    .fetch_all(&mut c)
+    .await
+    .unwrap();
+    assert_eq!(
+        rows,
+        [
+            ("c1".to_string(), Some("spring".to_string()), Some(100)),
+            ("c3".to_string(), None, Some(7)),
+        ]
+    );
+    let q = etlantic_sinks::quarantine::read_quarantine(dir.join("out/quarantine.jsonl")).unwrap();
+    assert_eq!(q.len(), 2, "one bad row per run: {q:?}");
+    assert!(q
+        .iter()
+        .all(|l| l["code"] == "ETL702" && l["position"]["row"] == 1));
+    // Batch runs keep no progress row.
+    let n: i64 = sqlx::query(&format!(
+        "SELECT count(*) FROM pg_tables WHERE schemaname = '{schema}' AND tablename = '_etlantic_sink_progress'"
+    ))
+    .fetch_one(&mut c)
+    .await
+    .unwrap()
+    .get(0);
+    assert_eq!(n, 0);
+    pg_exec(&format!("DROP SCHEMA {schema} CASCADE")).await;
+}
