@@ -56,8 +56,9 @@
 //!
 //! Next to the target table (in its schema on PostgreSQL) the sink keeps
 //! `_etlantic_sink_progress(query_id, sink, batch_id, committed_at)` with primary key
-//! `(query_id, sink)`, where `sink` is the `table` parameter as written. A streaming
-//! micro-batch is written in ONE transaction:
+//! `(query_id, sink)`, where `sink` is the `table` parameter as written (the progress
+//! table itself is created, when missing, before the first batch's transaction). A
+//! streaming micro-batch is written in ONE transaction:
 //!
 //! 1. `BEGIN` (SQLite: `BEGIN IMMEDIATE`, which takes the write lock at once);
 //! 2. create the target table if it is missing;
