@@ -11,6 +11,7 @@
 //! | `memory://<name>` | [`memory`] | `memory` | yes | yes | append, update, complete | idempotent by batch id |
 //! | `foreach://<name>` | [`foreach`] | `foreach` | yes | yes | append, update, complete | plain append (a user callback) |
 //! | `iceberg://<namespace>/<table>` | `iceberg` | `iceberg` | no | yes | append | idempotent by batch id (query and batch id in the snapshot summary, checked on replay) |
+//! | `postgres://`, `postgresql://`, `sqlite://` | [`sql`] | `sql` | yes | yes | append, complete; update with `mode=upsert` | transactional (one transaction per batch with a progress row) |
 //!
 //! [`quarantine::QuarantineWriter`] (always built) writes rejected records as JSON lines.
 //!
@@ -38,6 +39,8 @@ pub mod iceberg;
 #[cfg(feature = "memory")]
 pub mod memory;
 pub mod quarantine;
+#[cfg(feature = "sql")]
+pub mod sql;
 
 #[cfg(feature = "files")]
 pub use files::read_committed;

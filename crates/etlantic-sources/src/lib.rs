@@ -11,6 +11,7 @@
 //! | `memory://<name>` | [`memory`] | `memory` | yes | yes | replayable |
 //! | `rate://` | [`rate`] | `generator` | no | yes | replayable |
 //! | `nexmark://persons\|auctions\|bids` | [`nexmark`] | `generator` | no | yes | replayable |
+//! | `postgres://`, `postgresql://`, `sqlite://` (`?table=` or `?query=`) | [`sql`] | `sql` | yes | no (static sides of joins only) | replayable while the table does not change |
 //!
 //! Planned connectors and the features that will hold them: Kafka (`kafka`, through
 //! `rdkafka`) and Delta change data feed (`delta`, through `deltalake`). Iceberg and SQL are sink-side features
@@ -39,3 +40,5 @@ pub mod memory;
 pub mod nexmark;
 #[cfg(feature = "generator")]
 pub mod rate;
+#[cfg(feature = "sql")]
+pub mod sql;
