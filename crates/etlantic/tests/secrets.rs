@@ -167,8 +167,8 @@ fn a_failing_run_does_not_show_the_value_in_its_errors() {
 #[test]
 fn a_postgres_binding_with_a_secret_reference_is_reported_by_reference() {
     let p = project();
-    // Bind the sink to the postgres-style URI: no linked sink handles `postgres://` in
-    // this build, which is reported — with the reference, never the value.
+    // A postgres binding the SQL sink refuses (no `?table=`): the diagnostic shows the
+    // reference, never the value.
     p.edit(
         "profiles/local.yaml",
         "customer_revenue: file://out/${secret:pw}/customer_revenue.csv",
@@ -185,8 +185,24 @@ fn a_postgres_binding_with_a_secret_reference_is_reported_by_reference() {
     }
     let r = p.run_env(&["validate", "--format", "json"], ENV);
     r.expect_code(exit::INVALID_PIPELINE);
-    let d = find_diag(&r.stdout_json(), "ETL204");
-    assert_eq!(d["path"], "sinks[write_revenue].asset");
+    let d = find_diag(&r.stdout_json(), "ETL007");
+    assert_eq!(d["path"], "sinks[write_revenue]");
+    assert!(
+        d["message"].as_str().unwrap().contains("${secret:pw}"),
+        "{d}"
+    );
+
+    // A complete binding to a server that does not exist: planning succeeds, the run
+    // fails to connect, and nothing printed holds the password.
+    p.edit(
+        "profiles/local.yaml",
+        "postgres://etl:${secret:pw}@db.internal:5432/analytics",
+        "postgres://etl:${secret:pw}@127.0.0.1:9/analytics?table=revenue",
+    );
+    p.run_env(&["plan"], ENV).expect_code(exit::OK);
+    let r = p.run_env(&["run", "--format", "json"], ENV);
+    r.expect_code(exit::EXECUTION_FAILED);
+    assert_clean("run (connection refused)", &r.all_output());
 }
 
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
