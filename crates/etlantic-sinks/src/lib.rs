@@ -10,6 +10,7 @@
 //! | `console://` | [`console`] | `console` | yes | yes | append, update, complete | plain append |
 //! | `memory://<name>` | [`memory`] | `memory` | yes | yes | append, update, complete | idempotent by batch id |
 //! | `foreach://<name>` | [`foreach`] | `foreach` | yes | yes | append, update, complete | plain append (a user callback) |
+//! | `kafka://<servers>/<topic>` | `kafka` | `kafka` | yes | yes | append, update | transactional (exactly-once with a transactional Kafka broker); `transactions=false`: plain append |
 //!
 //! [`quarantine::QuarantineWriter`] (always built) writes rejected records as JSON lines.
 //!
@@ -30,6 +31,8 @@ pub mod console;
 pub mod files;
 #[cfg(feature = "foreach")]
 pub mod foreach;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 #[allow(dead_code)]
 mod fsutil;
 #[cfg(feature = "memory")]

@@ -11,6 +11,7 @@
 //! | `memory://<name>` | [`memory`] | `memory` | yes | yes | replayable |
 //! | `rate://` | [`rate`] | `generator` | no | yes | replayable |
 //! | `nexmark://persons\|auctions\|bids` | [`nexmark`] | `generator` | no | yes | replayable |
+//! | `kafka://<servers>/<topics>` | `kafka` | `kafka` | yes (to the high watermarks) | yes | replayable |
 //!
 //! Planned connectors and the features that will hold them: Kafka (`kafka`, through
 //! `rdkafka`) and Delta change data feed (`delta`, through `deltalake`). Iceberg and SQL are sink-side features
@@ -31,6 +32,8 @@
 pub mod decode;
 #[cfg(feature = "files")]
 pub mod files;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 #[allow(dead_code)]
 mod fsutil;
 #[cfg(feature = "memory")]
