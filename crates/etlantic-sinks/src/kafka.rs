@@ -34,8 +34,8 @@
 //! `{"query_id","sink","topic","batch_id","rows"}`) to the progress topic, flush, the
 //! `in_sink` fail point ([`etlantic_core::faults`]), then
 //! `commit_transaction`. Any failure aborts the transaction (`abort_transaction`) and
-//! returns `ETL709`; a producer that cannot abort (fenced, fatal error) is dropped and a
-//! new one is opened at the next write. A batch whose id is at or below the last
+//! returns `ETL709`; the producer is then dropped and a new one is opened (and
+//! re-initialised) at the next write. A batch whose id is at or below the last
 //! committed one is recognised and not written again ([`WriteOutcome::AlreadyCommitted`]).
 //!
 //! Because the marker is in the batch's transaction, a `read_committed` consumer sees the
@@ -89,6 +89,7 @@ use rdkafka::topic_partition_list::{Offset as KOffset, TopicPartitionList};
 use rdkafka::ClientContext;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -210,19 +211,38 @@ impl SinkProvider for KafkaSinkProvider {
     }
 }
 
-/// Remembers the first delivery failure.
+/// Remembers the first delivery failure of the current batch. Records carry their
+/// batch's generation as delivery opaque, so late reports of an earlier, aborted batch
+/// (e.g. records purged by `abort_transaction`) are not blamed on the current one.
 #[derive(Clone, Default)]
-struct DeliveryErrors(Arc<Mutex<Option<String>>>);
+struct DeliveryErrors {
+    generation: Arc<AtomicUsize>,
+    first: Arc<Mutex<Option<String>>>,
+}
+
+impl DeliveryErrors {
+    /// Starts a new batch: a new generation, no failure yet.
+    fn next_generation(&self) -> usize {
+        *self.first.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        self.generation.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    fn take(&self) -> Option<String> {
+        self.first.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
 
 impl ClientContext for DeliveryErrors {}
 
 impl ProducerContext for DeliveryErrors {
-    type DeliveryOpaque = ();
+    type DeliveryOpaque = usize;
 
-    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+    fn delivery(&self, result: &DeliveryResult<'_>, generation: usize) {
         if let Err((e, _)) = result {
-            let mut slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
-            slot.get_or_insert_with(|| e.to_string());
+            if generation == self.generation.load(Ordering::SeqCst) {
+                let mut slot = self.first.lock().unwrap_or_else(|p| p.into_inner());
+                slot.get_or_insert_with(|| e.to_string());
+            }
         }
     }
 }
@@ -376,7 +396,7 @@ impl KafkaSink {
         Ok(last)
     }
 
-    fn produce_rows(&self, open: &Open, rows: &[String]) -> Result<()> {
+    fn produce_rows(&self, open: &Open, rows: &[String], generation: usize) -> Result<()> {
         for row in rows {
             let key = match &self.options.key {
                 Some(k) => match serde_json::from_str::<Value>(row) {
@@ -389,7 +409,11 @@ impl KafkaSink {
                 },
                 None => None,
             };
-            let mut rec = BaseRecord::<String, String>::to(&self.options.topic).payload(row);
+            let mut rec = BaseRecord::<String, String, usize>::with_opaque_to(
+                &self.options.topic,
+                generation,
+            )
+            .payload(row);
             if let Some(k) = &key {
                 rec = rec.key(k);
             }
@@ -403,23 +427,18 @@ impl KafkaSink {
         open.producer
             .flush(TIMEOUT)
             .map_err(|e| write_failed("flush", e))?;
-        if let Some(e) = open
-            .errors
-            .0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
+        if let Some(e) = open.errors.take() {
             return Err(write_failed("a record was not delivered", e));
         }
         Ok(())
     }
 
     fn transaction(&self, open: &Open, batch: &SinkBatch<'_>, rows: &[String]) -> Result<()> {
+        let generation = open.errors.next_generation();
         open.producer
             .begin_transaction()
             .map_err(|e| write_failed("begin_transaction", e))?;
-        self.produce_rows(open, rows)?;
+        self.produce_rows(open, rows, generation)?;
         // Every row acknowledged before the marker is produced: the marker never reaches
         // the log of a batch whose rows did not (also in the mock cluster).
         self.flushed(open)?;
@@ -433,9 +452,12 @@ impl KafkaSink {
         .to_string();
         send(
             &open.producer,
-            BaseRecord::<String, String>::to(&self.options.progress_topic)
-                .key(&open.txn_id)
-                .payload(&marker),
+            BaseRecord::<String, String, usize>::with_opaque_to(
+                &self.options.progress_topic,
+                generation,
+            )
+            .key(&open.txn_id)
+            .payload(&marker),
         )?;
         self.flushed(open)?;
         faults::check(faults::IN_SINK, batch.batch_id);
@@ -447,7 +469,7 @@ impl KafkaSink {
 
 fn send(
     producer: &BaseProducer<DeliveryErrors>,
-    rec: BaseRecord<'_, String, String>,
+    rec: BaseRecord<'_, String, String, usize>,
 ) -> Result<()> {
     let mut rec = rec;
     loop {
@@ -475,8 +497,9 @@ impl Sink for KafkaSink {
         self.ensure_open(batch.query_id)?;
         let open = self.open.take().expect("opened above");
         if !transactions {
+            let generation = open.errors.next_generation();
             let result = self
-                .produce_rows(&open, &rows)
+                .produce_rows(&open, &rows, generation)
                 .and_then(|_| self.flushed(&open));
             self.open = Some(open);
             result?;
@@ -498,19 +521,11 @@ impl Sink for KafkaSink {
                 })
             }
             Err(e) => {
-                // Abort; a producer that cannot abort (fenced or fatal) is dropped and a new
-                // one is opened (init_transactions) at the next write.
-                if open.producer.abort_transaction(TIMEOUT).is_ok() {
-                    // Serve the delivery reports of the purged records before forgetting
-                    // them, so they are not blamed on the next batch.
-                    let _ = open.producer.flush(TIMEOUT);
-                    open.errors
-                        .0
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .take();
-                    self.open = Some(open);
-                }
+                // Abort, then drop the producer: the next write opens a new one
+                // (init_transactions, progress read back), so nothing of the failed
+                // transaction's state (purged records, a bumped epoch) leaks into it.
+                let _ = open.producer.abort_transaction(TIMEOUT);
+                drop(open);
                 Err(e)
             }
         }

@@ -17,7 +17,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etlantic_sources::kafka::KafkaSourceProvider;
+use etlantic_sources::kafka::{
+    fair_split, KafkaSourceOptions, KafkaSourceProvider, StartingOffsets, ValueFormat,
+};
 
 fn producer(bootstrap: &str) -> BaseProducer {
     ClientConfig::new()
@@ -369,45 +371,23 @@ async fn malformed_json_values_are_quarantined_with_topic_partition_offset() {
             json!({"id": 2, "name": null, "kafka_partition": 0, "kafka_offset": 5}),
         ]
     );
-    let rej: Vec<(String, Option<String>, Option<i32>, Option<i64>, String)> = b
+    let rej: Vec<String> = b
         .rejected
         .iter()
         .map(|r| {
-            (
-                r.code.clone(),
-                r.position.topic.clone(),
-                r.position.partition,
-                r.position.offset,
-                r.raw.clone(),
+            format!(
+                "{} {:?}/{:?}/{:?} {}",
+                r.code, r.position.topic, r.position.partition, r.position.offset, r.raw
             )
         })
         .collect();
-    let t = Some("t".to_string());
     assert_eq!(
         rej,
         vec![
-            (
-                "ETL701".into(),
-                t.clone(),
-                Some(0),
-                Some(1),
-                "not json".into()
-            ),
-            ("ETL701".into(), t.clone(), Some(0), Some(2), "[1,2]".into()),
-            (
-                "ETL702".into(),
-                t.clone(),
-                Some(0),
-                Some(3),
-                r#"{"id":"x"}"#.into()
-            ),
-            (
-                "ETL703".into(),
-                t.clone(),
-                Some(0),
-                Some(4),
-                r#"{"name":"no id"}"#.into()
-            ),
+            r#"ETL701 Some("t")/Some(0)/Some(1) not json"#,
+            r#"ETL701 Some("t")/Some(0)/Some(2) [1,2]"#,
+            r#"ETL702 Some("t")/Some(0)/Some(3) {"id":"x"}"#,
+            r#"ETL703 Some("t")/Some(0)/Some(4) {"name":"no id"}"#,
         ]
     );
     assert!(b.rejected[0]
@@ -447,4 +427,46 @@ async fn partitions_that_appear_mid_stream_are_discovered_and_read_from_earliest
         src.latest_offset(Some(&e2), &limit).await.unwrap(),
         Some(e2)
     );
+}
+
+#[test]
+fn fair_split_never_exceeds_the_budget_and_fills_small_partitions() {
+    assert_eq!(fair_split(&[10, 10, 10], 9), vec![3, 3, 3]);
+    assert_eq!(fair_split(&[1, 10, 10], 9), vec![1, 4, 4]);
+    assert_eq!(fair_split(&[10, 10], 3), vec![2, 1]);
+    assert_eq!(fair_split(&[0, 5], 100), vec![0, 5]);
+    assert_eq!(fair_split(&[3, 3, 3], 1), vec![1, 0, 0]);
+}
+
+#[test]
+fn options_are_checked() {
+    let ok = BindingUri::parse(
+        "kafka://127.0.0.1:9092,127.0.0.1:9093/a,b?startingOffsets=%7B%22a%22%3A%7B%220%22%3A5%7D%7D&maxOffsetsPerTrigger=10&format=json&kafka.client.id=x",
+    )
+    .unwrap();
+    let o = KafkaSourceOptions::from_uri(&ok).unwrap();
+    assert_eq!(o.bootstrap, "127.0.0.1:9092,127.0.0.1:9093");
+    assert_eq!(o.topics, vec!["a", "b"]);
+    assert_eq!(o.max_offsets_per_trigger, Some(10));
+    assert_eq!(o.format, ValueFormat::Json);
+    let StartingOffsets::Specific(m) = o.starting else {
+        panic!("specific offsets expected")
+    };
+    assert_eq!(m["a"][&0], 5);
+    assert_eq!(o.client["client.id"], "x");
+    for bad in [
+        "kafka://host:1",
+        "kafka:///t",
+        "kafka://h:1/t?format=avro",
+        "kafka://h:1/t?maxOffsetsPerTrigger=0",
+        "kafka://h:1/t?startingOffsets=middle",
+        "kafka://h:1/t?what=1",
+    ] {
+        let u = BindingUri::parse(bad).unwrap();
+        assert_eq!(
+            KafkaSourceOptions::from_uri(&u).unwrap_err().code(),
+            "ETL007",
+            "{bad}"
+        );
+    }
 }
