@@ -548,17 +548,16 @@ impl Sink for KafkaSink {
     }
 }
 
+/// A record's key and value.
+type KeyValue = (Option<Vec<u8>>, Option<Vec<u8>>);
+
 fn kafka_error(what: &str, e: impl std::fmt::Display) -> Error {
     Error::new(&codes::IO_ERROR, format!("kafka: cannot {what}: {e}"))
 }
 
 /// Every record (key, value) of `topic` from the low to the high watermarks of its
 /// partitions; an unknown topic has none.
-fn read_to_end(
-    config: &ClientConfig,
-    topic: &str,
-    timeout: Duration,
-) -> Result<Vec<(Option<Vec<u8>>, Option<Vec<u8>>)>> {
+fn read_to_end(config: &ClientConfig, topic: &str, timeout: Duration) -> Result<Vec<KeyValue>> {
     let consumer: BaseConsumer = config
         .create()
         .map_err(|e| kafka_error("create a consumer", e))?;

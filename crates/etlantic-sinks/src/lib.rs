@@ -31,10 +31,10 @@ pub mod console;
 pub mod files;
 #[cfg(feature = "foreach")]
 pub mod foreach;
-#[cfg(feature = "kafka")]
-pub mod kafka;
 #[allow(dead_code)]
 mod fsutil;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 #[cfg(feature = "memory")]
 pub mod memory;
 pub mod quarantine;

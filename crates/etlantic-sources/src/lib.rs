@@ -32,10 +32,10 @@
 pub mod decode;
 #[cfg(feature = "files")]
 pub mod files;
-#[cfg(feature = "kafka")]
-pub mod kafka;
 #[allow(dead_code)]
 mod fsutil;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 #[cfg(feature = "memory")]
 pub mod memory;
 #[cfg(feature = "generator")]
