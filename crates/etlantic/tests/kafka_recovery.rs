@@ -406,3 +406,35 @@ fn kafka_to_kafka_killed_at_every_step_shows_every_record_once() {
         }
     }
 }
+
+fn explain(dir: &Path) -> String {
+    let o = Command::new(env!("CARGO_BIN_EXE_etlantic"))
+        .current_dir(dir)
+        .args(["explain", "pipeline.yaml"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "explain failed: {}", describe(&o));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The plan states each pair's end-to-end guarantee and its condition.
+#[test]
+fn the_plan_shows_the_kafka_guarantees_with_their_condition() {
+    let env = setup_with("kafka://{bs}/big");
+    let text = explain(env.dir.path());
+    assert!(
+        text.contains(
+            "orders → write_big: exactly_once (with a transactional Kafka broker (read_committed consumers))"
+        ),
+        "{text}"
+    );
+    let env = setup_with("kafka://{bs}/big?transactions=false");
+    let text = explain(env.dir.path());
+    assert!(text.contains("orders → write_big: at_least_once"), "{text}");
+    let env = setup();
+    let text = explain(env.dir.path());
+    assert!(
+        text.contains("orders → write_big: exactly_once\n"),
+        "{text}"
+    );
+}
