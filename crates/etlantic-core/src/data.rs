@@ -118,6 +118,9 @@ pub struct SourcePosition {
     /// 0-based row in a file or table without lines (Parquet).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub row: Option<u64>,
+    /// Topic of a log (Kafka).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topic: Option<String>,
     /// Partition of a partitioned log (Kafka).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partition: Option<i32>,
@@ -137,6 +140,9 @@ impl std::fmt::Display for SourcePosition {
         }
         if let Some(r) = self.row {
             write!(f, " row {r}")?;
+        }
+        if let Some(t) = &self.topic {
+            write!(f, " topic {t}")?;
         }
         if let (Some(p), Some(o)) = (self.partition, self.offset) {
             write!(f, " partition {p} offset {o}")?;

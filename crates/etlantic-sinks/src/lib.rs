@@ -12,6 +12,7 @@
 //! | `foreach://<name>` | [`foreach`] | `foreach` | yes | yes | append, update, complete | plain append (a user callback) |
 //! | `iceberg://<namespace>/<table>` | `iceberg` | `iceberg` | no | yes | append | idempotent by batch id (query and batch id in the snapshot summary, checked on replay) |
 //! | `postgres://`, `postgresql://`, `sqlite://` | [`sql`] | `sql` | yes | yes | append, complete; update with `mode=upsert` | transactional (one transaction per batch with a progress row) |
+//! | `kafka://<servers>/<topic>` | `kafka` | `kafka` | yes | yes | append, update | transactional (exactly-once with a transactional Kafka broker); `transactions=false`: plain append |
 //!
 //! [`quarantine::QuarantineWriter`] (always built) writes rejected records as JSON lines.
 //!
@@ -36,6 +37,8 @@ pub mod foreach;
 mod fsutil;
 #[cfg(feature = "iceberg")]
 pub mod iceberg;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 #[cfg(feature = "memory")]
 pub mod memory;
 pub mod quarantine;

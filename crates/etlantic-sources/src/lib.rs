@@ -12,6 +12,7 @@
 //! | `rate://` | [`rate`] | `generator` | no | yes | replayable |
 //! | `nexmark://persons\|auctions\|bids` | [`nexmark`] | `generator` | no | yes | replayable |
 //! | `postgres://`, `postgresql://`, `sqlite://` (`?table=` or `?query=`) | [`sql`] | `sql` | yes | no (static sides of joins only) | replayable while the table does not change |
+//! | `kafka://<servers>/<topics>` | `kafka` | `kafka` | yes (to the high watermarks) | yes | replayable |
 //!
 //! Planned connectors and the features that will hold them: Kafka (`kafka`, through
 //! `rdkafka`) and Delta change data feed (`delta`, through `deltalake`). Iceberg and SQL are sink-side features
@@ -34,6 +35,8 @@ pub mod decode;
 pub mod files;
 #[allow(dead_code)]
 mod fsutil;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 #[cfg(feature = "memory")]
 pub mod memory;
 #[cfg(feature = "generator")]

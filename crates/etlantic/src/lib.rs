@@ -45,6 +45,31 @@ pub use etlantic_spark_compat as spark;
 #[cfg(feature = "sql")]
 pub use etlantic_sql as sql;
 
+/// Keeps the connector plugins of the enabled features in the final binary.
+///
+/// Plugins register through `inventory`, whose registrations live in the connector's
+/// object file; a linker drops an object file nothing refers to, so a connector module
+/// that the facade never names directly could silently be missing. The `etlantic` binary
+/// calls this at start; a program embedding the facade may do the same.
+pub fn link_plugins() {
+    #[cfg(feature = "kafka")]
+    {
+        std::hint::black_box(&etlantic_sources::kafka::KafkaSourceProvider);
+        std::hint::black_box(&etlantic_sinks::kafka::KafkaSinkProvider);
+    }
+    #[cfg(feature = "iceberg")]
+    std::hint::black_box(&etlantic_sinks::iceberg::IcebergSinkProvider);
+    #[cfg(feature = "sql")]
+    {
+        std::hint::black_box(&etlantic_sources::sql::PostgresSourceProvider);
+        std::hint::black_box(&etlantic_sources::sql::PostgresqlSourceProvider);
+        std::hint::black_box(&etlantic_sources::sql::SqliteSourceProvider);
+        std::hint::black_box(&etlantic_sinks::sql::PostgresSinkProvider);
+        std::hint::black_box(&etlantic_sinks::sql::PostgresqlSinkProvider);
+        std::hint::black_box(&etlantic_sinks::sql::SqliteSinkProvider);
+    }
+}
+
 /// Process exit codes of the `etlantic` command.
 pub mod exit {
     /// Success.

@@ -219,6 +219,7 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 fn main() {
+    etlantic::link_plugins();
     let cli = Cli::parse();
     std::process::exit(match cli.command {
         Command::Init { dir } => match etlantic::scaffold::init(&dir) {
