@@ -10,11 +10,11 @@
 //! | `console://` | [`console`] | `console` | yes | yes | append, update, complete | plain append |
 //! | `memory://<name>` | [`memory`] | `memory` | yes | yes | append, update, complete | idempotent by batch id |
 //! | `foreach://<name>` | [`foreach`] | `foreach` | yes | yes | append, update, complete | plain append (a user callback) |
+//! | `delta://<path>` | `delta` | `delta` | yes | yes | append, update (`mode=merge`), complete | idempotent by batch id (Delta `txn` app id = query id, version = batch id) |
 //!
 //! [`quarantine::QuarantineWriter`] (always built) writes rejected records as JSON lines.
 //!
-//! Planned connectors and the features that will hold them: Delta Lake (`delta`, with
-//! the transaction app id/version for idempotence), Iceberg (`iceberg`, snapshot
+//! Planned connectors and the features that will hold them: Iceberg (`iceberg`, snapshot
 //! properties), Kafka (`kafka`, transactions) and SQL — PostgreSQL and SQLite — (`sql`,
 //! a progress row in the same transaction).
 //!
@@ -26,6 +26,8 @@
 
 #[cfg(feature = "console")]
 pub mod console;
+#[cfg(feature = "delta")]
+pub mod delta;
 #[cfg(feature = "files")]
 pub mod files;
 #[cfg(feature = "foreach")]

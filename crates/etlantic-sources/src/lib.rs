@@ -11,9 +11,10 @@
 //! | `memory://<name>` | [`memory`] | `memory` | yes | yes | replayable |
 //! | `rate://` | [`rate`] | `generator` | no | yes | replayable |
 //! | `nexmark://persons\|auctions\|bids` | [`nexmark`] | `generator` | no | yes | replayable |
+//! | `delta://<path>` | `delta` | `delta` | a snapshot (`version=N`) | the change data feed from `startingVersion` | replayable |
 //!
 //! Planned connectors and the features that will hold them: Kafka (`kafka`, through
-//! `rdkafka`) and Delta change data feed (`delta`, through `deltalake`). Iceberg and SQL are sink-side features
+//! `rdkafka`). Iceberg and SQL are sink-side features
 //! of `etlantic-sinks`.
 //!
 //! Every source decodes contract-aware through [`decode`]: a record that does not parse,
@@ -29,6 +30,8 @@
 #![warn(missing_docs)]
 
 pub mod decode;
+#[cfg(feature = "delta")]
+pub mod delta;
 #[cfg(feature = "files")]
 pub mod files;
 #[allow(dead_code)]
