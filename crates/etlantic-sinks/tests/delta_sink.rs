@@ -423,7 +423,8 @@ async fn bad_configurations_have_codes() {
         OutputMode::Update,
         kv_schema(),
     )
-    .unwrap_err();
+    .err()
+    .expect("an unknown merge key is refused");
     assert_eq!(e.code(), "ETL007");
     let mut sk = sink(dir, "", ExecutionMode::Streaming, OutputMode::Update);
     let e = sk

@@ -243,9 +243,10 @@ impl DeltaSource {
             .scan_table()
             .await
             .map_err(|e| io("cannot scan", &self.path, e))?;
-        deltalake::operations::collect_sendable_stream(stream)
+        let batches = deltalake::operations::collect_sendable_stream(stream)
             .await
-            .map_err(|e| io("cannot read", &self.path, e))
+            .map_err(|e| io("cannot read", &self.path, e))?;
+        batches.iter().map(normalize_cdf).collect()
     }
 
     /// The change data feed of versions `from..=to`, ordered (see the module docs).
@@ -301,7 +302,8 @@ impl DeltaSource {
 
 /// `_commit_version` as a signed long and `_commit_timestamp` as a UTC instant, as in
 /// Spark (`deltalake` yields an unsigned version and a zone-less millisecond timestamp
-/// holding UTC).
+/// holding UTC); DataFusion's view types (`Utf8View`, `BinaryView`) as plain `Utf8` and
+/// `Binary`, the types contracts use.
 fn normalize_cdf(batch: &RecordBatch) -> Result<RecordBatch> {
     let err = |e: arrow::error::ArrowError| Error::new(&codes::ENGINE_ERROR, format!("arrow: {e}"));
     let mut fields = Vec::with_capacity(batch.num_columns());
@@ -313,12 +315,16 @@ fn normalize_cdf(batch: &RecordBatch) -> Result<RecordBatch> {
                 TimeUnit::Millisecond,
                 Some("UTC".into()),
             )),
-            _ => None,
+            _ => match c.data_type() {
+                DataType::Utf8View => Some(DataType::Utf8),
+                DataType::BinaryView => Some(DataType::Binary),
+                _ => None,
+            },
         };
         match target {
             Some(t) if c.data_type() != &t => {
                 columns.push(cast(c, &t).map_err(err)?);
-                fields.push(Field::new(f.name(), t, true));
+                fields.push(Field::new(f.name(), t, f.is_nullable()));
             }
             _ => {
                 columns.push(c.clone());

@@ -17,6 +17,9 @@ use serde_json::json;
 use std::path::Path;
 use std::sync::Arc;
 
+// Links the crate, whose providers register themselves through `inventory`.
+use etlantic_sources as _;
+
 fn data_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("id", DataType::Int64, true),

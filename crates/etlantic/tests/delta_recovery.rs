@@ -149,8 +149,14 @@ fn project(dir: &Path, output_mode: &str, binding: &str) {
     }
 }
 
+/// The binary under test: cargo's, or `ETLANTIC_TEST_BIN` (a copy, when several
+/// worktrees share one target directory and may rebuild `target/debug/etlantic`).
+fn bin() -> String {
+    std::env::var("ETLANTIC_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_etlantic").into())
+}
+
 fn run(dir: &Path, fail_point: Option<&str>) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_etlantic"));
+    let mut cmd = Command::new(bin());
     cmd.current_dir(dir)
         .args(["run", "pipeline.yaml", "--format", "json"])
         .env_remove("ETLANTIC_FAIL_POINT");
@@ -477,7 +483,7 @@ bindings:
     std::fs::write(dir.join("contracts/totals.yaml"), contract).unwrap();
     std::fs::write(dir.join("profiles/batch.yaml"), profile).unwrap();
     for _ in 0..2 {
-        let o = Command::new(env!("CARGO_BIN_EXE_etlantic"))
+        let o = Command::new(bin())
             .current_dir(dir)
             .args([
                 "run",
