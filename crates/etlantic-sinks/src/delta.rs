@@ -346,14 +346,41 @@ pub async fn read_table(path: impl AsRef<Path>) -> Result<Vec<RecordBatch>> {
         .scan_table()
         .await
         .map_err(delta_error(&codes::IO_ERROR, "cannot scan the Delta table"))?;
-    deltalake::operations::collect_sendable_stream(stream)
+    let batches = deltalake::operations::collect_sendable_stream(stream)
         .await
         .map_err(|e| {
             Error::new(
                 &codes::IO_ERROR,
                 format!("cannot read the Delta table: {e}"),
             )
-        })
+        })?;
+    batches.iter().map(plain_types).collect()
+}
+
+/// The batch with DataFusion's view types (`Utf8View`, `BinaryView`) as plain `Utf8` and
+/// `Binary`, the types a contract's schema uses.
+fn plain_types(batch: &RecordBatch) -> Result<RecordBatch> {
+    let err = |e: arrow::error::ArrowError| Error::new(&codes::ENGINE_ERROR, format!("arrow: {e}"));
+    let mut fields = Vec::with_capacity(batch.num_columns());
+    let mut columns = Vec::with_capacity(batch.num_columns());
+    for (f, c) in batch.schema().fields().iter().zip(batch.columns()) {
+        let plain = match c.data_type() {
+            DataType::Utf8View => Some(DataType::Utf8),
+            DataType::BinaryView => Some(DataType::Binary),
+            _ => None,
+        };
+        match plain {
+            Some(t) => {
+                columns.push(cast(c, &t).map_err(err)?);
+                fields.push(f.as_ref().clone().with_data_type(t));
+            }
+            None => {
+                columns.push(c.clone());
+                fields.push(f.as_ref().clone());
+            }
+        }
+    }
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).map_err(err)
 }
 
 /// The `txn` version recorded for `app_id` in the table at `path` (`None` when the table
