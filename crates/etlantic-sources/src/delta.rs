@@ -233,9 +233,9 @@ impl DeltaSource {
     /// The snapshot at `version`.
     async fn read_snapshot(&self, version: u64) -> Result<Vec<RecordBatch>> {
         let mut table = self.table().await?;
-        if table.version() != Some(version as _) {
+        if table.version() != Some(version) {
             table
-                .load_version(version as _)
+                .load_version(version)
                 .await
                 .map_err(|e| io(&format!("cannot load version {version} of"), &self.path, e))?;
         }
@@ -255,8 +255,8 @@ impl DeltaSource {
         let ctx = SessionContext::new();
         let plan = table
             .scan_cdf()
-            .with_starting_version(from as _)
-            .with_ending_version(to as _)
+            .with_starting_version(from)
+            .with_ending_version(to)
             .build(&ctx.state(), None)
             .await
             .map_err(|e| io("cannot read the change data feed of", &self.path, e))?;
@@ -394,7 +394,7 @@ impl Source for DeltaSource {
         if self.mode == ExecutionMode::Batch {
             let version = match self.options.version {
                 Some(v) => v,
-                None => self.table().await?.version().unwrap_or_default() as u64,
+                None => self.table().await?.version().unwrap_or_default(),
             };
             return Ok(Some(offset(version)));
         }
@@ -405,7 +405,7 @@ impl Source for DeltaSource {
         let Some(table) = open(&self.path).await? else {
             return Ok(start.cloned());
         };
-        let latest = table.version().unwrap_or_default() as u64;
+        let latest = table.version().unwrap_or_default();
         if latest < from {
             return Ok(start.cloned());
         }
