@@ -13,13 +13,12 @@
 //! | `iceberg://<namespace>/<table>` | `iceberg` | `iceberg` | no | yes | append | idempotent by batch id (query and batch id in the snapshot summary, checked on replay) |
 //! | `postgres://`, `postgresql://`, `sqlite://` | [`sql`] | `sql` | yes | yes | append, complete; update with `mode=upsert` | transactional (one transaction per batch with a progress row) |
 //! | `kafka://<servers>/<topic>` | `kafka` | `kafka` | yes | yes | append, update | transactional (exactly-once with a transactional Kafka broker); `transactions=false`: plain append |
+//! | `delta://<path>` | `delta` | `delta` | yes | yes | append, update (`mode=merge`), complete | idempotent by batch id (Delta `txn` app id = query id, version = batch id) |
 //!
 //! [`quarantine::QuarantineWriter`] (always built) writes rejected records as JSON lines.
 //!
-//! Planned connectors and the features that will hold them: Delta Lake (`delta`, with
-//! the transaction app id/version for idempotence), Iceberg (`iceberg`, snapshot
-//! properties), Kafka (`kafka`, transactions) and SQL — PostgreSQL and SQLite — (`sql`,
-//! a progress row in the same transaction).
+//! `docs/connectors.md` gives each connector's binding, commit protocol and what its tests
+//! show (and cannot show).
 //!
 //! Registration happens when the crate is linked into the final binary: a program or
 //! test that reaches the providers only through the registry
@@ -29,6 +28,8 @@
 
 #[cfg(feature = "console")]
 pub mod console;
+#[cfg(feature = "delta")]
+pub mod delta;
 #[cfg(feature = "files")]
 pub mod files;
 #[cfg(feature = "foreach")]

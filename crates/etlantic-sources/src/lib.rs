@@ -13,10 +13,10 @@
 //! | `nexmark://persons\|auctions\|bids` | [`nexmark`] | `generator` | no | yes | replayable |
 //! | `postgres://`, `postgresql://`, `sqlite://` (`?table=` or `?query=`) | [`sql`] | `sql` | yes | no (static sides of joins only) | replayable while the table does not change |
 //! | `kafka://<servers>/<topics>` | `kafka` | `kafka` | yes (to the high watermarks) | yes | replayable |
+//! | `delta://<path>` | `delta` | `delta` | a snapshot (`version=N`) | the change data feed from `startingVersion` | replayable |
 //!
-//! Planned connectors and the features that will hold them: Kafka (`kafka`, through
-//! `rdkafka`) and Delta change data feed (`delta`, through `deltalake`). Iceberg and SQL are sink-side features
-//! of `etlantic-sinks`.
+//! Iceberg is a sink-side feature of `etlantic-sinks`. `docs/connectors.md` gives each
+//! connector's binding and guarantees.
 //!
 //! Every source decodes contract-aware through [`decode`]: a record that does not parse,
 //! has a value of the wrong type, misses a required field or breaks a field constraint
@@ -31,6 +31,8 @@
 #![warn(missing_docs)]
 
 pub mod decode;
+#[cfg(feature = "delta")]
+pub mod delta;
 #[cfg(feature = "files")]
 pub mod files;
 #[allow(dead_code)]

@@ -57,6 +57,11 @@ pub fn link_plugins() {
         std::hint::black_box(&etlantic_sources::kafka::KafkaSourceProvider);
         std::hint::black_box(&etlantic_sinks::kafka::KafkaSinkProvider);
     }
+    #[cfg(feature = "delta")]
+    {
+        std::hint::black_box(&etlantic_sources::delta::DeltaSourceProvider);
+        std::hint::black_box(&etlantic_sinks::delta::DeltaSinkProvider);
+    }
     #[cfg(feature = "iceberg")]
     std::hint::black_box(&etlantic_sinks::iceberg::IcebergSinkProvider);
     #[cfg(feature = "sql")]

@@ -1,0 +1,551 @@
+//! Exactly-once into Delta Lake, end to end through the `etlantic` binary: a directory of
+//! JSON-lines clicks → 1-minute tumbling count per campaign (10 s watermark) → a Delta
+//! table. The process is killed (`ETLANTIC_FAIL_POINT=<point>:<batch>` makes it
+//! `abort()`) at every step of the batch protocol — after the offsets WAL, in the middle
+//! of the Delta write (data files written, commit not), after the sink commit, after the
+//! state snapshot, after the commit log — at several batches, restarted, and the Delta
+//! table is compared (as a multiset) with the table of an uninterrupted run: nothing lost,
+//! nothing duplicated. The same for the update output mode into a `mode=merge` table.
+//! Also: a batch run reading a Delta table (bounded source) into a Delta table.
+
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn pipeline(output_mode: &str) -> String {
+    format!(
+        r#"apiVersion: etlantic/v1
+kind: Pipeline
+name: click_counts
+assets:
+  clicks:
+    contract: contracts/clicks.yaml
+  counts:
+    contract: contracts/counts.yaml
+sources:
+  - id: clicks
+    asset: clicks
+    event_time: {{column: ts}}
+    watermark: 10 seconds
+    late_events: {{policy: drop}}
+    read_limit: {{max_files: 1}}
+transforms:
+  - id: per_minute
+    inputs:
+      clicks: clicks
+    steps:
+      - window_aggregate:
+          window: {{type: tumbling, column: ts, size: 1 minute}}
+          group_by: [campaign]
+          aggregates: {{n: "count_all()"}}
+sinks:
+  - id: write_counts
+    input: per_minute
+    asset: counts
+    output_mode: {output_mode}
+"#
+    )
+}
+
+fn profile(binding: &str) -> String {
+    format!(
+        r#"apiVersion: etlantic/v1
+kind: Profile
+name: local
+mode: streaming
+trigger: available_now
+checkpoint: file://chk
+bindings:
+  clicks: file://in?format=jsonl
+  counts: {binding}
+"#
+    )
+}
+
+const CLICKS: &str = r#"version: "1.0.0"
+apiVersion: "v3.1.0"
+kind: "DataContract"
+id: "clicks"
+name: "clicks"
+status: "active"
+schema:
+  - name: "clicks"
+    logicalType: "object"
+    properties:
+      - name: "ts"
+        logicalType: "timestamp"
+        required: true
+      - name: "campaign"
+        logicalType: "string"
+        required: true
+      - name: "user"
+        logicalType: "string"
+"#;
+
+const COUNTS: &str = r#"version: "1.0.0"
+apiVersion: "v3.1.0"
+kind: "DataContract"
+id: "counts"
+name: "counts"
+status: "active"
+schema:
+  - name: "counts"
+    logicalType: "object"
+    properties:
+      - name: "window_start"
+        logicalType: "timestamp"
+      - name: "window_end"
+        logicalType: "timestamp"
+      - name: "campaign"
+        logicalType: "string"
+      - name: "n"
+        logicalType: "integer"
+        logicalTypeOptions: {format: "i64"}
+"#;
+
+fn click(mmss: &str, campaign: &str, user: &str) -> String {
+    format!(r#"{{"ts": "2024-01-01T00:{mmss}Z", "campaign": "{campaign}", "user": "{user}"}}"#)
+}
+
+/// Six files, one per data batch; file 2 line 2 is late (00:30 when the watermark is
+/// 01:05) and dropped.
+fn input_files() -> Vec<(String, String)> {
+    let files = [
+        vec![
+            click("00:10", "c1", "u1"),
+            click("00:20", "c2", "u2"),
+            click("00:50", "c1", "u3"),
+        ],
+        vec![click("01:05", "c1", "u1"), click("01:15", "c2", "u4")],
+        vec![click("01:30", "c1", "u5"), click("00:30", "c1", "u6")],
+        vec![click("02:20", "c2", "u1"), click("02:40", "c3", "u2")],
+        vec![click("03:10", "c3", "u3")],
+        vec![click("05:00", "c1", "u4")],
+    ];
+    files
+        .iter()
+        .enumerate()
+        .map(|(i, lines)| (format!("{i:03}.jsonl"), lines.join("\n") + "\n"))
+        .collect()
+}
+
+fn project(dir: &Path, output_mode: &str, binding: &str) {
+    for (path, text) in [
+        ("pipeline.yaml", pipeline(output_mode)),
+        ("profiles/local.yaml", profile(binding)),
+        ("contracts/clicks.yaml", CLICKS.to_string()),
+        ("contracts/counts.yaml", COUNTS.to_string()),
+    ] {
+        let p = dir.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    for (name, text) in input_files() {
+        let p = dir.join("in").join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+}
+
+/// The binary under test: cargo's, or `ETLANTIC_TEST_BIN` (a copy, when several
+/// worktrees share one target directory and may rebuild `target/debug/etlantic`).
+fn bin() -> String {
+    std::env::var("ETLANTIC_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_etlantic").into())
+}
+
+fn run(dir: &Path, fail_point: Option<&str>) -> Output {
+    let mut cmd = Command::new(bin());
+    cmd.current_dir(dir)
+        .args(["run", "pipeline.yaml", "--format", "json"])
+        .env_remove("ETLANTIC_FAIL_POINT");
+    if let Some(fp) = fail_point {
+        cmd.env("ETLANTIC_FAIL_POINT", fp);
+    }
+    cmd.output().expect("the etlantic binary runs")
+}
+
+fn describe(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn run_ok(dir: &Path) {
+    let o = run(dir, None);
+    assert!(o.status.success(), "run failed: {}", describe(&o));
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+/// The Delta table's rows as a sorted multiset of canonical JSON strings.
+fn table_rows(table: &Path) -> Vec<String> {
+    let batches = block_on(etlantic_sinks::delta::read_table(table)).unwrap();
+    let mut rows = Vec::new();
+    for b in &batches {
+        let mut buf = Vec::new();
+        {
+            let mut w = arrow::json::LineDelimitedWriter::new(&mut buf);
+            w.write(b).unwrap();
+            w.finish().unwrap();
+        }
+        for line in String::from_utf8(buf).unwrap().lines() {
+            let mut v: BTreeMap<String, Value> = serde_json::from_str(line).unwrap();
+            for k in ["window_start", "window_end"] {
+                let t = chrono::DateTime::parse_from_rfc3339(v[k].as_str().unwrap()).unwrap();
+                v.insert(
+                    k.into(),
+                    json!(t
+                        .with_timezone(&chrono::Utc)
+                        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
+                );
+            }
+            rows.push(serde_json::to_string(&v).unwrap());
+        }
+    }
+    rows.sort();
+    rows
+}
+
+fn window(start: &str, end: &str, campaign: &str, n: i64) -> String {
+    let v: BTreeMap<&str, Value> = BTreeMap::from([
+        ("campaign", json!(campaign)),
+        ("n", json!(n)),
+        ("window_end", json!(format!("2024-01-01T00:{end}.000Z"))),
+        ("window_start", json!(format!("2024-01-01T00:{start}.000Z"))),
+    ]);
+    serde_json::to_string(&v).unwrap()
+}
+
+/// The windows every run must end with (append mode: the watermark closed them; the
+/// late 00:30 click is dropped).
+fn closed_windows() -> Vec<String> {
+    vec![
+        window("00:00", "01:00", "c1", 2),
+        window("00:00", "01:00", "c2", 1),
+        window("01:00", "02:00", "c1", 2),
+        window("01:00", "02:00", "c2", 1),
+        window("02:00", "03:00", "c2", 1),
+        window("02:00", "03:00", "c3", 1),
+        window("03:00", "04:00", "c3", 1),
+    ]
+}
+
+/// The `txn` version of the query in the table (the last batch it committed).
+fn txn_version(dir: &Path) -> Option<i64> {
+    let query_id = std::fs::read_to_string(dir.join("chk/metadata"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+        .and_then(|v| v["id"].as_str().map(str::to_string))?;
+    block_on(etlantic_sinks::delta::app_transaction_version(
+        dir.join("out/counts"),
+        &query_id,
+    ))
+    .unwrap()
+}
+
+/// Delta commits in the table's log.
+fn delta_versions(dir: &Path) -> usize {
+    std::fs::read_dir(dir.join("out/counts/_delta_log"))
+        .map(|d| {
+            d.filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .ends_with(".json")
+            })
+            .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Parquet files in the table directory.
+fn parquet_on_disk(dir: &Path) -> usize {
+    std::fs::read_dir(dir.join("out/counts"))
+        .map(|d| {
+            d.filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .ends_with(".parquet")
+            })
+            .count()
+        })
+        .unwrap_or(0)
+}
+
+/// `add` actions in the table's log (every data file a commit ever referenced).
+fn files_added(dir: &Path) -> usize {
+    let Ok(d) = std::fs::read_dir(dir.join("out/counts/_delta_log")) else {
+        return 0;
+    };
+    d.map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .map(|p| {
+            std::fs::read_to_string(p)
+                .unwrap()
+                .lines()
+                .filter(|l| l.starts_with("{\"add\""))
+                .count()
+        })
+        .sum()
+}
+
+fn commits(dir: &Path) -> Vec<u64> {
+    let mut v: Vec<u64> = std::fs::read_dir(dir.join("chk/commits"))
+        .map(|d| {
+            d.filter_map(|e| e.unwrap().file_name().to_string_lossy().parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// Kills a fresh project at `point:batch`, checks it died where asked, restarts it and
+/// returns the final table rows and Delta version count.
+fn crash_and_recover(
+    output_mode: &str,
+    binding: &str,
+    point: &str,
+    batch: u64,
+    writes_rows: bool,
+) -> (Vec<String>, usize) {
+    let label = format!("{point}:{batch}");
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    project(dir, output_mode, binding);
+    let o = run(dir, Some(&label));
+    assert_eq!(
+        o.status.signal(),
+        Some(6),
+        "{label}: must abort\n{}",
+        describe(&o)
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("ETLANTIC_FAIL_POINT reached"),
+        "{label}: {}",
+        describe(&o)
+    );
+    // Where it died: the Delta txn names the batch once the sink committed it.
+    let committed = txn_version(dir);
+    if matches!(point, "after_offsets" | "in_sink") {
+        assert!(
+            committed.is_none_or(|v| v < batch as i64),
+            "{label}: the batch must not be in the table, txn {committed:?}"
+        );
+    } else {
+        assert_eq!(
+            committed,
+            Some(batch as i64),
+            "{label}: the batch is in the table"
+        );
+    }
+    if point == "in_sink" && writes_rows {
+        // The batch's data files are on disk, no commit references them.
+        assert!(
+            parquet_on_disk(dir) > files_added(dir),
+            "{label}: staged, uncommitted data files"
+        );
+    }
+    let versions_before = delta_versions(dir);
+    run_ok(dir);
+    assert!(
+        commits(dir).contains(&batch),
+        "{label}: the batch committed"
+    );
+    let versions = delta_versions(dir);
+    assert!(versions >= versions_before, "{label}");
+    (table_rows(&dir.join("out/counts")), versions)
+}
+
+fn reference(output_mode: &str, binding: &str) -> (Vec<String>, usize, Vec<u64>) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    project(dir, output_mode, binding);
+    run_ok(dir);
+    let rows = table_rows(&dir.join("out/counts"));
+    let batches = commits(dir);
+    // One Delta commit per micro-batch, each with the query's txn.
+    assert_eq!(
+        delta_versions(dir),
+        batches.len(),
+        "one Delta commit per batch"
+    );
+    assert_eq!(txn_version(dir), batches.last().map(|b| *b as i64));
+    // A finished query restarted writes nothing more.
+    run_ok(dir);
+    assert_eq!(table_rows(&dir.join("out/counts")), rows);
+    assert_eq!(delta_versions(dir), batches.len());
+    (rows, batches.len(), batches)
+}
+
+#[test]
+fn append_into_delta_killed_at_every_step_loses_and_duplicates_nothing() {
+    let binding = "delta://out/counts";
+    let (rows, versions, batches) = reference("append", binding);
+    let mut expected = closed_windows();
+    expected.sort();
+    assert_eq!(rows, expected, "the uninterrupted run is right");
+    // Data and no-data batches alternate: 0 d, 1 nd, ..., 10 d, 11 nd.
+    assert_eq!(batches, (0..12).collect::<Vec<_>>());
+    for point in [
+        "after_offsets",
+        "in_sink",
+        "after_sink",
+        "after_state",
+        "after_commit",
+    ] {
+        // 0: the first (data) batch, creating the table with no rows; 1: a no-data batch
+        // with nothing to emit; 3: the no-data batch that closes the first windows; 4: a
+        // data batch; 10: the last data batch; 11: the last batch, closing a window.
+        for batch in [0u64, 1, 3, 4, 10, 11] {
+            let (got, got_versions) =
+                crash_and_recover("append", binding, point, batch, batch == 3 || batch == 11);
+            assert_eq!(
+                got, rows,
+                "{point}:{batch}: the Delta table differs from the uninterrupted run"
+            );
+            assert_eq!(
+                got_versions, versions,
+                "{point}:{batch}: one Delta commit per batch, none twice"
+            );
+        }
+    }
+}
+
+#[test]
+fn update_mode_merged_into_delta_killed_and_restarted_keeps_one_row_per_window() {
+    let binding = "delta://out/counts?mode=merge&keys=window_start,window_end,campaign";
+    let (rows, versions, batches) = reference("update", binding);
+    // Update mode upserts every changed window, including the last one the watermark
+    // never closes; the late click is still dropped.
+    let mut expected = closed_windows();
+    expected.push(window("05:00", "06:00", "c1", 1));
+    expected.sort();
+    assert_eq!(rows, expected, "the uninterrupted run is right");
+    let last = *batches.last().unwrap();
+    for point in [
+        "after_offsets",
+        "in_sink",
+        "after_sink",
+        "after_state",
+        "after_commit",
+    ] {
+        for batch in [0u64, 2, last] {
+            let (got, got_versions) =
+                crash_and_recover("update", binding, point, batch, batch == 0);
+            assert_eq!(got, rows, "{point}:{batch}: merged table differs");
+            assert_eq!(got_versions, versions, "{point}:{batch}: Delta commits");
+        }
+    }
+}
+
+#[test]
+fn a_batch_run_reads_a_delta_table_and_overwrites_another() {
+    // First a streaming run fills `out/counts`; then a batch pipeline reads it (bounded
+    // delta source) and writes the campaigns' totals to another Delta table.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    project(dir, "append", "delta://out/counts");
+    run_ok(dir);
+    let totals = r#"apiVersion: etlantic/v1
+kind: Pipeline
+name: totals
+assets:
+  counts:
+    contract: contracts/counts.yaml
+  totals:
+    contract: contracts/totals.yaml
+sources:
+  - id: counts
+    asset: counts
+transforms:
+  - id: per_campaign
+    inputs:
+      counts: counts
+    steps:
+      - aggregate:
+          group_by: [campaign]
+          aggregates: {total: "sum(n)"}
+sinks:
+  - id: write_totals
+    input: per_campaign
+    asset: totals
+"#;
+    let contract = r#"version: "1.0.0"
+apiVersion: "v3.1.0"
+kind: "DataContract"
+id: "totals"
+name: "totals"
+status: "active"
+schema:
+  - name: "totals"
+    logicalType: "object"
+    properties:
+      - name: "campaign"
+        logicalType: "string"
+      - name: "total"
+        logicalType: "integer"
+        logicalTypeOptions: {format: "i64"}
+"#;
+    let profile = r#"apiVersion: etlantic/v1
+kind: Profile
+name: batch
+mode: batch
+bindings:
+  counts: delta://out/counts
+  totals: delta://out/totals?mode=overwrite
+"#;
+    std::fs::write(dir.join("totals.yaml"), totals).unwrap();
+    std::fs::write(dir.join("contracts/totals.yaml"), contract).unwrap();
+    std::fs::write(dir.join("profiles/batch.yaml"), profile).unwrap();
+    for _ in 0..2 {
+        let o = Command::new(bin())
+            .current_dir(dir)
+            .args([
+                "run",
+                "totals.yaml",
+                "--profile",
+                "profiles/batch.yaml",
+                "--format",
+                "json",
+            ])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", describe(&o));
+    }
+    let batches = block_on(etlantic_sinks::delta::read_table(dir.join("out/totals"))).unwrap();
+    let mut got = Vec::new();
+    for b in &batches {
+        let c = b.column_by_name("campaign").unwrap();
+        let t = b.column_by_name("total").unwrap();
+        let c = arrow::array::AsArray::as_string::<i32>(c);
+        let t = arrow::array::AsArray::as_primitive::<arrow::datatypes::Int64Type>(t);
+        for i in 0..b.num_rows() {
+            got.push((c.value(i).to_string(), t.value(i)));
+        }
+    }
+    got.sort();
+    // Overwritten, not appended, by the second run.
+    assert_eq!(
+        got,
+        vec![
+            ("c1".to_string(), 4),
+            ("c2".to_string(), 3),
+            ("c3".to_string(), 2)
+        ]
+    );
+}
