@@ -4,7 +4,7 @@
 //!   Spark conformance corpus — what `.ci/run` runs;
 //! - `demo`: scaffold the example project into `scratch/demo` and run it;
 //! - `docs`: regenerate generated documentation (`docs/diagnostics.md`);
-//! - `bench`: run benchmarks (`clicks`, `join`; see `cargo xtask bench --help`).
+//! - `bench`: run benchmarks (`clicks`, `join`, `kafka`; see `cargo xtask bench --help`).
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
@@ -30,7 +30,9 @@ enum Cmd {
     Docs,
     /// Run a benchmark: `clicks` (stream vs batch on 2M click events) or `join` (a
     /// time-bounded Nexmark join of bids and auctions: events/s and state size over time;
-    /// `ETLANTIC_BENCH_EVENTS` sets the number of generator events, default 20M).
+    /// `ETLANTIC_BENCH_EVENTS` sets the number of generator events, default 20M) or
+    /// `kafka` (Kafka mock cluster → window → Delta: events/s and checkpoint cost per
+    /// micro-batch; `ETLANTIC_BENCH_EVENTS`, default 1M).
     Bench {
         /// Which benchmark.
         #[arg(default_value = "clicks")]
@@ -215,7 +217,16 @@ fn main() -> Result<()> {
                         .args(["--events", &events, "--runs"])
                         .arg(runs.to_string()))?;
                 }
-                other => bail!("unknown benchmark `{other}` (known: clicks, join)"),
+                "kafka" => {
+                    // Kafka (librdkafka's mock cluster, in the process) → window → Delta.
+                    let events =
+                        std::env::var("ETLANTIC_BENCH_EVENTS").unwrap_or_else(|_| "1000000".into());
+                    run(Command::new(cargo())
+                        .current_dir(&root)
+                        .args(["bench", "-p", "etlantic", "--bench", "kafka_delta", "--"])
+                        .args(["--events", &events]))?;
+                }
+                other => bail!("unknown benchmark `{other}` (known: clicks, join, kafka)"),
             }
         }
         Cmd::Docs => {

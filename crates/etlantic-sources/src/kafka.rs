@@ -14,12 +14,9 @@
 //!   checkpoint.
 //! - `maxOffsetsPerTrigger` (also `max_offsets_per_trigger`): at most this many offsets
 //!   per micro-batch in total; the runtime's [`ReadLimit::max_records`] applies as well
-//!   (the smaller wins). The budget is split fairly over the partitions that have
-//!   unread records (water filling: every partition gets an equal share, a partition
-//!   needing less than its share gives the rest to the others; the remainder of an
-//!   uneven split goes to the first partitions in `(topic, partition)` order). Spark
-//!   splits proportionally to each partition's backlog instead; both never exceed the
-//!   budget and always make progress.
+//!   (the smaller wins). The budget is split over the partitions with unread records in
+//!   proportion to their backlogs, as Spark does (see [`proportional_split`]), so that
+//!   a skewed topic's partitions advance in event time together.
 //! - `format`: `raw` (default) or `json` (see Columns).
 //! - `partitions`: only read these partition numbers (of every topic).
 //! - `readTimeoutMs`: how long a read may wait for the records of its range (default
@@ -332,28 +329,33 @@ fn to_offset(map: &PartitionOffsets) -> Offset {
     Offset(serde_json::to_value(map).unwrap_or(Value::Null))
 }
 
-/// Splits `budget` fairly over `wants` (water filling, remainder to the first entries).
-pub fn fair_split(wants: &[u64], budget: u64) -> Vec<u64> {
-    let mut give = vec![0u64; wants.len()];
-    let mut left = budget;
-    loop {
-        let open: Vec<usize> = (0..wants.len()).filter(|&i| give[i] < wants[i]).collect();
-        if open.is_empty() || left == 0 {
-            return give;
-        }
-        let share = left / open.len() as u64;
-        if share == 0 {
-            for &i in open.iter().take(left as usize) {
-                give[i] += 1;
-            }
-            return give;
-        }
-        for &i in &open {
-            let g = share.min(wants[i] - give[i]);
-            give[i] += g;
-            left -= g;
-        }
+/// Splits a micro-batch's `budget` of offsets over the partitions' backlogs `wants` the
+/// way Spark's Kafka source does (`KafkaMicroBatchStream.rateLimit`): in proportion to
+/// each backlog, rounded down, except that a partition whose share is below one offset
+/// gets one (Spark does not starve small partitions, so the total may exceed the budget by
+/// at most the number of such partitions). Proportional shares keep the partitions'
+/// event times moving together: an equal split of a skewed topic lets the small
+/// partitions run ahead, drag the watermark forward and make the big ones' rows late.
+pub fn proportional_split(wants: &[u64], budget: u64) -> Vec<u64> {
+    let total: u64 = wants.iter().sum();
+    if total <= budget {
+        return wants.to_vec();
     }
+    wants
+        .iter()
+        .map(|&want| {
+            if want == 0 {
+                return 0;
+            }
+            let share = budget as f64 * (want as f64 / total as f64);
+            let share = if share < 1.0 {
+                share.ceil()
+            } else {
+                share.floor()
+            };
+            (share as u64).min(want)
+        })
+        .collect()
 }
 
 impl KafkaSource {
@@ -709,7 +711,7 @@ impl Source for KafkaSource {
             (a, b) => a.or(b),
         };
         let give = match budget {
-            Some(n) => fair_split(&wants, n),
+            Some(n) => proportional_split(&wants, n),
             None => wants.clone(),
         };
         if give.iter().all(|g| *g == 0) {
