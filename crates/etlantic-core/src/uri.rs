@@ -169,3 +169,32 @@ mod tests {
         assert_eq!(u.param("q"), Some("c d"));
     }
 }
+
+/// The absolute form of `path` with `.` and `..` removed lexically (symlinks are not
+/// resolved and the path need not exist). Table formats address their files by URL, in
+/// which a `..` segment is illegal, so a binding like `delta://../tables/x` must be
+/// normalised before it becomes one.
+pub fn absolute_normalized(path: &std::path::Path) -> std::io::Result<std::path::PathBuf> {
+    use std::path::Component;
+    let abs = std::path::absolute(path)?;
+    let mut out = std::path::PathBuf::new();
+    for c in abs.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other.as_os_str()),
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod normalize_tests {
+    #[test]
+    fn dot_dot_is_removed_lexically() {
+        let p = super::absolute_normalized(std::path::Path::new("/a/b/../c/./d")).unwrap();
+        assert_eq!(p, std::path::PathBuf::from("/a/c/d"));
+    }
+}

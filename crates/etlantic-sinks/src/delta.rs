@@ -225,7 +225,7 @@ impl SinkProvider for DeltaSinkProvider {
 
 /// The table's location as an absolute directory URL.
 pub(crate) fn table_url(path: &Path) -> Result<Url> {
-    let abs = std::path::absolute(path).map_err(|e| {
+    let abs = etlantic_core::uri::absolute_normalized(path).map_err(|e| {
         Error::new(
             &codes::IO_ERROR,
             format!("cannot resolve `{}`: {e}", path.display()),

@@ -203,7 +203,8 @@ async fn open(path: &Path) -> Result<Option<DeltaTable>> {
     if !path.join("_delta_log").is_dir() {
         return Ok(None);
     }
-    let abs = std::path::absolute(path).map_err(|e| io("cannot resolve", path, e))?;
+    let abs =
+        etlantic_core::uri::absolute_normalized(path).map_err(|e| io("cannot resolve", path, e))?;
     let url = Url::from_directory_path(&abs).map_err(|_| {
         Error::new(
             &codes::BAD_URI,
