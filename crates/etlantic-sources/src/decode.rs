@@ -323,7 +323,14 @@ impl ContractDecoder {
     /// (`ETL704`) are returned as `(row index, problem)`; the other rows form the batch.
     pub fn conform_batch(&self, batch: &RecordBatch) -> Result<ConformedBatch> {
         let n = batch.num_rows();
-        let mut problems: Vec<Option<RecordProblem>> = vec![None; n];
+        // One slot per row, allocated when a column may have a problem: clean batches of
+        // matching types (the usual case) cost no per-row pass.
+        let mut problems: Vec<Option<RecordProblem>> = Vec::new();
+        let slots = |p: &mut Vec<Option<RecordProblem>>| {
+            if p.is_empty() {
+                p.resize(n, None);
+            }
+        };
         let mut out = Vec::with_capacity(self.columns.len());
         for col in self.columns.iter() {
             let name = col.field.name();
@@ -341,9 +348,11 @@ impl ContractDecoder {
             let array = if src.data_type() == target {
                 src
             } else {
+                slots(&mut problems);
                 cast_lossless(&src, target, name, &mut problems)?
             };
             if !col.field.is_nullable() && array.null_count() > 0 {
+                slots(&mut problems);
                 for (i, p) in problems.iter_mut().enumerate() {
                     if p.is_none() && array.is_null(i) {
                         *p = Some(RecordProblem::missing_required(name, "null"));
@@ -351,6 +360,7 @@ impl ContractDecoder {
                 }
             }
             if !col.checks.is_empty() {
+                slots(&mut problems);
                 check_array(&array, &col.checks, &mut problems)?;
             }
             out.push(array);

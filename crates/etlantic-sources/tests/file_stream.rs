@@ -296,3 +296,59 @@ async fn a_directory_can_mix_formats_by_extension() {
         .unwrap();
     assert_eq!(ids(&read_all(&mut src).await), vec![1, 2]);
 }
+
+/// The next micro-batch's files are decoded ahead. A read ahead is used only when the
+/// next read asks for exactly those files: a file that arrives between and sorts first
+/// changes the next batch, and the read then returns what that batch holds. Reading
+/// ahead off (`?read_ahead=false`) reads the same.
+#[tokio::test]
+async fn read_ahead_never_changes_what_a_batch_reads() {
+    for uri in ["file://in", "file://in?read_ahead=false"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        let input = root.join("in");
+        let state = root.join("checkpoint/sources/0");
+        event_file(&input, "b.jsonl", &[1, 2]);
+        event_file(&input, "d.jsonl", &[3]);
+        event_file(&input, "f.jsonl", &[4, 5]);
+        let one = ReadLimit {
+            max_files: Some(1),
+            max_records: None,
+        };
+        let mut src = streaming(root, uri, &state);
+        let o0 = src.latest_offset(None, &one).await.unwrap().unwrap();
+        assert_eq!(
+            ids(&src.read(None, &o0).await.unwrap()),
+            vec![1, 2],
+            "{uri}"
+        );
+        // `d.jsonl` is being read ahead; the next batch gets it.
+        let o1 = src.latest_offset(Some(&o0), &one).await.unwrap().unwrap();
+        assert_eq!(
+            ids(&src.read(Some(&o0), &o1).await.unwrap()),
+            vec![3],
+            "{uri}"
+        );
+        // `f.jsonl` is being read ahead, but `e.jsonl` arrives and sorts first.
+        event_file(&input, "e.jsonl", &[6]);
+        let o2 = src.latest_offset(Some(&o1), &one).await.unwrap().unwrap();
+        assert_eq!(
+            ids(&src.read(Some(&o1), &o2).await.unwrap()),
+            vec![6],
+            "{uri}"
+        );
+        let o3 = src.latest_offset(Some(&o2), &one).await.unwrap().unwrap();
+        assert_eq!(
+            ids(&src.read(Some(&o2), &o3).await.unwrap()),
+            vec![4, 5],
+            "{uri}"
+        );
+        // A replay of an earlier batch reads its own files.
+        assert_eq!(
+            ids(&src.read(Some(&o0), &o1).await.unwrap()),
+            vec![3],
+            "{uri}"
+        );
+        assert_eq!(src.latest_offset(Some(&o3), &one).await.unwrap(), Some(o3));
+    }
+}

@@ -261,11 +261,26 @@ impl Accumulators {
 
     /// Merges the state of a group that ends earlier (`earlier`) with one that ends later
     /// (`later`) into `earlier` (sessions that grew together).
-    pub fn merge(&self, earlier: &mut [Acc], later: &[Acc]) {
+    ///
+    /// Also folds the partial state of a micro-batch into a group's state (see
+    /// [`super::operators`]): `later` then holds the batch's rows, which came after the
+    /// state's. An integer sum that overflows is an error, as in [`Accumulators::update`].
+    pub fn merge(&self, earlier: &mut [Acc], later: &[Acc]) -> Result<()> {
         for ((a, b), spec) in earlier.iter_mut().zip(later).zip(&self.specs) {
             match (a, b) {
                 (Acc::Count(x), Acc::Count(y)) => *x += y,
-                (Acc::SumI(x), Acc::SumI(y)) => *x = add_opt(*x, *y, |p, q| p.wrapping_add(q)),
+                (Acc::SumI(x), Acc::SumI(y)) => {
+                    *x = match (*x, *y) {
+                        (Some(p), Some(q)) => Some(p.checked_add(q).ok_or_else(|| {
+                            Error::new(
+                                &codes::ENGINE_ERROR,
+                                format!("sum `{}` overflows a 64-bit integer", spec.name),
+                            )
+                        })?),
+                        (p, None) => p,
+                        (None, q) => q,
+                    }
+                }
                 (Acc::SumF(x), Acc::SumF(y)) => *x = add_opt(*x, *y, |p, q| p + q),
                 (Acc::SumD(x), Acc::SumD(y)) => *x = add_opt(*x, *y, |p, q| p + q),
                 (Acc::Avg(s1, n1), Acc::Avg(s2, n2)) => {
@@ -289,6 +304,7 @@ impl Accumulators {
                 _ => {}
             }
         }
+        Ok(())
     }
 
     /// The output columns for the given groups' states.

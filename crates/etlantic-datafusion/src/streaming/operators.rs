@@ -23,6 +23,9 @@ use arrow::array::{
 use arrow::compute::{cast, filter_record_batch, take};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use arrow::row::{OwnedRow, RowConverter, SortField};
+use datafusion::logical_expr::EmitTo;
+use datafusion::physical_plan::aggregates::group_values::{new_group_values, GroupValues};
+use datafusion::physical_plan::aggregates::order::GroupOrdering;
 use etlantic_core::diagnostics::{codes, Error, Result};
 use etlantic_core::streaming::OutputMode;
 /// State maps are keyed by row-encoded group keys on the hot path of every micro-batch:
@@ -214,6 +217,35 @@ struct Group {
     updated_ms: Option<i64>,
 }
 
+/// Batches smaller than twice this are grouped on one thread.
+const MIN_ROWS_PER_THREAD: usize = 32 * 1024;
+/// At most this many threads group one batch.
+const MAX_THREADS: usize = 4;
+
+/// The columns of one input batch an aggregation reads.
+struct BatchColumns {
+    keys: Vec<ArrayRef>,
+    args: Vec<Option<ArrayRef>>,
+    times: Option<TimestampMicrosecondArray>,
+    event_keys: Option<TimestampMicrosecondArray>,
+}
+
+/// Rows `offset..offset + len` of input batch `batch`.
+struct Piece {
+    batch: usize,
+    offset: usize,
+    len: usize,
+}
+
+/// Pieces of a micro-batch, grouped and aggregated: the late rows (input batch, rows),
+/// the group values (window starts, then the key columns) and each group's
+/// accumulators.
+struct BatchGroups {
+    late: Vec<(usize, Vec<u32>)>,
+    groups: Vec<ArrayRef>,
+    accs: Vec<Vec<Acc>>,
+}
+
 /// Window and plain group-by aggregation.
 pub struct AggregateOperator {
     layout: AggregateLayout,
@@ -349,20 +381,10 @@ impl AggregateOperator {
     }
 
     fn is_late(&self, end: i64, event_key: Option<i64>, ctx: &OpContext) -> bool {
-        if !ctx.has_watermark || ctx.accept_late {
-            return false;
-        }
-        // Spark filters late rows of a complete-mode aggregation only for session windows
-        // (in the session restore step); tumbling, sliding and plain aggregations keep
-        // them, as complete mode keeps every group anyway.
-        if ctx.output_mode == OutputMode::Complete
-            && !matches!(self.geometry(), Some(Geometry::Session(_)))
-        {
-            return false;
-        }
-        match self.geometry() {
-            Some(_) => end <= ctx.late_watermark_us,
-            None => event_key.is_some_and(|k| k <= ctx.late_watermark_us),
+        match (self.late_cutoff(ctx), self.geometry()) {
+            (None, _) => false,
+            (Some(wm), Some(_)) => end <= wm,
+            (Some(wm), None) => event_key.is_some_and(|k| k <= wm),
         }
     }
 
@@ -374,6 +396,360 @@ impl AggregateOperator {
             Some(_) => g.end <= ctx.evict_watermark_us,
             None => g.event_key.is_some_and(|k| k <= ctx.evict_watermark_us),
         }
+    }
+
+    /// The input columns of one batch: key columns, aggregate arguments, event times
+    /// (µs; windowed aggregations) and event-time keys (µs; plain aggregations keyed by
+    /// the watermarked event time).
+    fn batch_columns(&self, batch: &RecordBatch) -> Result<BatchColumns> {
+        let keys = self.key_columns(batch)?;
+        let args = (0..self.layout.aggregates.len())
+            .map(|i| batch.column_by_name(&format!("__arg{i}")).cloned())
+            .collect();
+        let times = match &self.layout.window {
+            Some(_) => Some(micros(
+                batch
+                    .column_by_name("__time")
+                    .ok_or_else(|| engine("no __time column"))?,
+            )?),
+            None => None,
+        };
+        let event_keys = match self.layout.event_time_key {
+            Some(k) => Some(micros(&keys[k])?),
+            None => None,
+        };
+        Ok(BatchColumns {
+            keys,
+            args,
+            times,
+            event_keys,
+        })
+    }
+
+    /// Session windows: every row opens a session that merges with the overlapping ones of
+    /// its key. Returns the late rows.
+    fn add_sessions(
+        &mut self,
+        batch: &RecordBatch,
+        ctx: &OpContext,
+        updated: &mut u64,
+    ) -> Result<Vec<u32>> {
+        let cols = self.batch_columns(batch)?;
+        let rows = self.keys.convert_columns(&cols.keys).map_err(engine)?;
+        let inputs = self.accs.prepare(&cols.args)?;
+        let mut late_rows = Vec::new();
+        let mut windows = Vec::new();
+        for i in 0..batch.num_rows() {
+            let ts = match &cols.times {
+                Some(t) if t.is_null(i) => continue,
+                Some(t) => t.value(i),
+                None => 0,
+            };
+            self.windows_of(ts, &mut windows);
+            let mut row_late = false;
+            for &(start, end) in windows.iter() {
+                if self.is_late(end, None, ctx) {
+                    row_late = true;
+                    continue;
+                }
+                let key = rows.row(i);
+                let owned = key.owned();
+                self.add_session(key.as_ref(), &owned, start, end, i, &inputs)?;
+                *updated += 1;
+            }
+            if row_late {
+                late_rows.push(i as u32);
+            }
+        }
+        Ok(late_rows)
+    }
+
+    /// Tumbling, sliding and plain aggregation of a micro-batch. The rows are first
+    /// grouped by (window start, key) with DataFusion's vectorised group tables and
+    /// aggregated per group of the micro-batch; then each such group is folded into the
+    /// state. That is one state lookup per group of the micro-batch instead of one per
+    /// row. A large micro-batch is split into contiguous row ranges grouped on their own
+    /// threads; the ranges are folded in in order, so `first`/`last` keep the row order.
+    /// Returns the late rows (input batch, rows).
+    fn add_grouped(
+        &mut self,
+        input: &[RecordBatch],
+        ctx: &OpContext,
+        updated: &mut u64,
+    ) -> Result<Vec<(usize, Vec<u32>)>> {
+        let cols = input
+            .iter()
+            .map(|b| self.batch_columns(b))
+            .collect::<Result<Vec<_>>>()?;
+        let total: usize = input.iter().map(RecordBatch::num_rows).sum();
+        if total == 0 {
+            return Ok(vec![]);
+        }
+        let threads = if total >= 2 * MIN_ROWS_PER_THREAD {
+            std::thread::available_parallelism()
+                .map_or(1, |p| p.get())
+                .min(total / MIN_ROWS_PER_THREAD)
+                .min(MAX_THREADS)
+        } else {
+            1
+        };
+        // Contiguous pieces (batch, offset, length) of about `total / threads` rows each.
+        let share = total.div_ceil(threads);
+        let mut parts: Vec<Vec<Piece>> = vec![Vec::new()];
+        let mut filled = 0;
+        for (b, batch) in input.iter().enumerate() {
+            let mut offset = 0;
+            while offset < batch.num_rows() {
+                if filled == share {
+                    parts.push(Vec::new());
+                    filled = 0;
+                }
+                let len = (batch.num_rows() - offset).min(share - filled);
+                parts.last_mut().expect("one part").push(Piece {
+                    batch: b,
+                    offset,
+                    len,
+                });
+                offset += len;
+                filled += len;
+            }
+        }
+        let this = &*self;
+        let cols = &cols;
+        let grouped: Vec<Result<BatchGroups>> = if parts.len() == 1 {
+            vec![this.group_pieces(cols, &parts[0], ctx)]
+        } else {
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = parts[1..]
+                    .iter()
+                    .map(|p| scope.spawn(move || this.group_pieces(cols, p, ctx)))
+                    .collect();
+                let mut all = vec![this.group_pieces(cols, &parts[0], ctx)];
+                for h in handles {
+                    all.push(h.join().unwrap_or_else(|_| {
+                        Err(engine("a worker thread of the aggregation panicked"))
+                    }));
+                }
+                all
+            })
+        };
+        let mut late: Vec<(usize, Vec<u32>)> = Vec::new();
+        for g in grouped {
+            let g = g?;
+            for (b, rows) in g.late {
+                match late.last_mut() {
+                    Some((last, acc)) if *last == b => acc.extend(rows),
+                    _ => late.push((b, rows)),
+                }
+            }
+            self.fold_in(g.groups, g.accs, ctx.processing_time_ms, updated)?;
+        }
+        Ok(late)
+    }
+
+    /// Groups the rows of some pieces of a micro-batch by (window start, key) and
+    /// aggregates each group.
+    fn group_pieces(
+        &self,
+        cols: &[BatchColumns],
+        pieces: &[Piece],
+        ctx: &OpContext,
+    ) -> Result<BatchGroups> {
+        let df = |e: datafusion::error::DataFusionError| engine(e);
+        let cut = self.late_cutoff(ctx);
+        let windowed = self.layout.window.is_some();
+        let sliding = matches!(self.geometry(), Some(Geometry::Sliding(..)));
+        let mut table: Option<Box<dyn GroupValues>> = None;
+        let mut accs: Vec<Vec<Acc>> = Vec::new();
+        let mut late: Vec<(usize, Vec<u32>)> = Vec::new();
+        let mut ids = Vec::new();
+        let mut windows = Vec::new();
+        let mut key_types: Vec<DataType> = Vec::new();
+        for piece in pieces {
+            let (offset, len) = (piece.offset, piece.len);
+            let c = &cols[piece.batch];
+            let times = c.times.as_ref().map(|t| t.slice(offset, len));
+            let event_keys = c.event_keys.as_ref().map(|t| t.slice(offset, len));
+            // Which rows go to which window, and which are late.
+            let mut rows: Vec<u32> = Vec::with_capacity(len);
+            let mut starts: Vec<i64> = Vec::with_capacity(len);
+            let mut late_rows: Vec<u32> = Vec::new();
+            for i in 0..len {
+                let ts = match &times {
+                    Some(t) if t.is_null(i) => continue,
+                    Some(t) => t.value(i),
+                    None => 0,
+                };
+                self.windows_of(ts, &mut windows);
+                let mut row_late = false;
+                for &(start, end) in windows.iter() {
+                    let is_late = match cut {
+                        None => false,
+                        Some(wm) if windowed => end <= wm,
+                        Some(wm) => event_keys
+                            .as_ref()
+                            .is_some_and(|e| e.is_valid(i) && e.value(i) <= wm),
+                    };
+                    if is_late {
+                        row_late = true;
+                    } else {
+                        rows.push(i as u32);
+                        starts.push(start);
+                    }
+                }
+                if row_late {
+                    late_rows.push((offset + i) as u32);
+                }
+            }
+            if !late_rows.is_empty() {
+                late.push((piece.batch, late_rows));
+            }
+            if rows.is_empty() {
+                continue;
+            }
+            // With at most one window per row and none left out, the rows are the piece.
+            let identity = rows.len() == len && !sliding;
+            let index = UInt32Array::from(rows);
+            let pick = |a: &ArrayRef| -> Result<ArrayRef> {
+                let a = a.slice(offset, len);
+                if identity {
+                    Ok(a)
+                } else {
+                    take(&a, &index, None).map_err(engine)
+                }
+            };
+            let mut group_cols: Vec<ArrayRef> = vec![Arc::new(Int64Array::from(starts))];
+            for k in &c.keys {
+                group_cols.push(pick(k)?);
+            }
+            let args = c
+                .args
+                .iter()
+                .map(|a| a.as_ref().map(&pick).transpose())
+                .collect::<Result<Vec<_>>>()?;
+            let inputs = self.accs.prepare(&args)?;
+            let table = match &mut table {
+                Some(t) => t,
+                None => {
+                    key_types = group_cols.iter().map(|c| c.data_type().clone()).collect();
+                    let schema = Arc::new(Schema::new(
+                        key_types
+                            .iter()
+                            .enumerate()
+                            .map(|(i, t)| Field::new(format!("g{i}"), t.clone(), true))
+                            .collect::<Vec<_>>(),
+                    ));
+                    table.insert(new_group_values(schema, &GroupOrdering::None).map_err(df)?)
+                }
+            };
+            ids.clear();
+            table.intern(&group_cols, &mut ids).map_err(df)?;
+            accs.resize_with(table.len(), || self.accs.init());
+            for (row, &g) in ids.iter().enumerate() {
+                self.accs.update(&mut accs[g], &inputs, row)?;
+            }
+        }
+        let Some(mut table) = table else {
+            return Ok(BatchGroups {
+                late,
+                groups: vec![],
+                accs,
+            });
+        };
+        let mut groups = table.emit(EmitTo::All).map_err(df)?;
+        // Group tables may hand back an equivalent type (a dictionary's values): the
+        // state encodes keys with the input's types.
+        for (g, t) in groups.iter_mut().zip(&key_types) {
+            if g.data_type() != t {
+                *g = cast(g, t).map_err(engine)?;
+            }
+        }
+        Ok(BatchGroups { late, groups, accs })
+    }
+
+    /// The watermark late rows are judged against, or `None` when no row is late.
+    fn late_cutoff(&self, ctx: &OpContext) -> Option<i64> {
+        if !ctx.has_watermark || ctx.accept_late {
+            return None;
+        }
+        // Spark filters late rows of a complete-mode aggregation only for session windows
+        // (in the session restore step); tumbling, sliding and plain aggregations keep
+        // them, as complete mode keeps every group anyway.
+        if ctx.output_mode == OutputMode::Complete
+            && !matches!(self.geometry(), Some(Geometry::Session(_)))
+        {
+            return None;
+        }
+        Some(ctx.late_watermark_us)
+    }
+
+    /// Folds the groups of a batch (`groups` = [window starts, key columns...], one
+    /// accumulator list per group) into the state.
+    fn fold_in(
+        &mut self,
+        groups: Vec<ArrayRef>,
+        accs: Vec<Vec<Acc>>,
+        now_ms: i64,
+        updated: &mut u64,
+    ) -> Result<()> {
+        if accs.is_empty() {
+            return Ok(());
+        }
+        let starts = groups[0]
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .ok_or_else(|| engine("window starts are not 64-bit integers"))?
+            .clone();
+        let keys = &groups[1..];
+        let rows = self.keys.convert_columns(keys).map_err(engine)?;
+        let event_keys = match self.layout.event_time_key {
+            Some(k) => Some(micros(&keys[k])?),
+            None => None,
+        };
+        let size = match self.geometry() {
+            Some(Geometry::Tumbling(size) | Geometry::Sliding(size, _)) => size,
+            _ => 0,
+        };
+        let mut key_buf: Vec<u8> = Vec::new();
+        for (g, batch_accs) in accs.into_iter().enumerate() {
+            let start = starts.value(g);
+            let key = rows.row(g);
+            key_buf.clear();
+            key_buf.extend_from_slice(&start.to_be_bytes());
+            key_buf.extend_from_slice(key.as_ref());
+            match self.index.get(key_buf.as_slice()) {
+                Some(&gi) => {
+                    let group = &mut self.groups[gi];
+                    self.accs.merge(&mut group.accs, &batch_accs)?;
+                    group.updated_ms = Some(now_ms);
+                    if !group.updated {
+                        group.updated = true;
+                        *updated += 1;
+                    }
+                }
+                None => {
+                    let event_key = event_keys
+                        .as_ref()
+                        .and_then(|e| e.is_valid(g).then(|| e.value(g)));
+                    self.groups.push(Group {
+                        start,
+                        end: if self.layout.window.is_some() {
+                            start + size
+                        } else {
+                            0
+                        },
+                        key: key.owned(),
+                        event_key,
+                        accs: batch_accs,
+                        updated: true,
+                        updated_ms: Some(now_ms),
+                    });
+                    *updated += 1;
+                    self.index.insert(key_buf.clone(), self.groups.len() - 1);
+                }
+            }
+        }
+        Ok(())
     }
 
     fn add_session(
@@ -414,7 +790,7 @@ impl AggregateOperator {
         for g in it {
             acc.start = acc.start.min(g.start);
             acc.end = acc.end.max(g.end);
-            self.accs.merge(&mut acc.accs, &g.accs);
+            self.accs.merge(&mut acc.accs, &g.accs)?;
         }
         acc.updated = true;
         acc.updated_ms = Some(now_ms);
@@ -442,86 +818,22 @@ impl StatefulOperator for AggregateOperator {
         let mut out = OpOutput::default();
         let mut late_batches = Vec::new();
         let mut updated = 0u64;
-        let mut windows = Vec::new();
         let now_ms = ctx.processing_time_ms;
         self.now_ms = now_ms;
         // Groups whose TTL ran out are gone before the input is applied.
         self.ttl_removed = self.expire_ttl(now_ms);
-        for (batch_index, batch) in input.iter().enumerate().filter(|(_, b)| b.num_rows() > 0) {
-            let key_cols = self.key_columns(batch)?;
-            let rows = self.keys.convert_columns(&key_cols).map_err(engine)?;
-            let args: Vec<Option<ArrayRef>> = (0..self.layout.aggregates.len())
-                .map(|i| batch.column_by_name(&format!("__arg{i}")).cloned())
-                .collect();
-            let inputs = self.accs.prepare(&args)?;
-            let times = match &self.layout.window {
-                Some(_) => Some(micros(
-                    batch
-                        .column_by_name("__time")
-                        .ok_or_else(|| engine("no __time column"))?,
-                )?),
-                None => None,
-            };
-            let event_keys = match self.layout.event_time_key {
-                Some(k) => Some(micros(&key_cols[k])?),
-                None => None,
-            };
-            let mut late_rows: Vec<u32> = Vec::new();
-            let mut key_buf: Vec<u8> = Vec::new();
-            for i in 0..batch.num_rows() {
-                let ts = match &times {
-                    Some(t) if t.is_null(i) => continue,
-                    Some(t) => t.value(i),
-                    None => 0,
-                };
-                let event_key = event_keys
-                    .as_ref()
-                    .and_then(|e| e.is_valid(i).then(|| e.value(i)));
-                self.windows_of(ts, &mut windows);
-                let mut row_late = false;
-                for &(start, end) in windows.iter() {
-                    if self.is_late(end, event_key, ctx) {
-                        row_late = true;
-                        continue;
-                    }
-                    let key = rows.row(i);
-                    if let Some(Geometry::Session(_)) = self.geometry() {
-                        let owned = key.owned();
-                        self.add_session(key.as_ref(), &owned, start, end, i, &inputs)?;
-                        updated += 1;
-                        continue;
-                    }
-                    key_buf.clear();
-                    key_buf.extend_from_slice(&start.to_be_bytes());
-                    key_buf.extend_from_slice(key.as_ref());
-                    let gi = match self.index.get(key_buf.as_slice()) {
-                        Some(&gi) => gi,
-                        None => {
-                            self.groups.push(Group {
-                                start,
-                                end,
-                                key: key.owned(),
-                                event_key,
-                                accs: self.accs.init(),
-                                updated: false,
-                                updated_ms: Some(now_ms),
-                            });
-                            self.index.insert(key_buf.clone(), self.groups.len() - 1);
-                            self.groups.len() - 1
-                        }
-                    };
-                    let g = &mut self.groups[gi];
-                    g.updated_ms = Some(now_ms);
-                    if !g.updated {
-                        g.updated = true;
-                        updated += 1;
-                    }
-                    self.accs.update(&mut g.accs, &inputs, i)?;
-                }
-                if row_late {
-                    late_rows.push(i as u32);
-                }
+        let session = matches!(self.geometry(), Some(Geometry::Session(_)));
+        let late = if session {
+            let mut late = Vec::new();
+            for (b, batch) in input.iter().enumerate().filter(|(_, b)| b.num_rows() > 0) {
+                late.push((b, self.add_sessions(batch, ctx, &mut updated)?));
             }
+            late
+        } else {
+            self.add_grouped(input, ctx, &mut updated)?
+        };
+        for (batch_index, late_rows) in late {
+            let batch = &input[batch_index];
             if !late_rows.is_empty() {
                 out.late_count += late_rows.len() as u64;
                 out.late_index.push((batch_index, late_rows.clone()));
@@ -543,7 +855,6 @@ impl StatefulOperator for AggregateOperator {
         }
 
         // Emit and evict.
-        let session = matches!(self.geometry(), Some(Geometry::Session(_)));
         let mut evicted: Vec<Group> = Vec::new();
         match ctx.output_mode {
             OutputMode::Complete => {
@@ -1067,6 +1378,192 @@ impl StatefulOperator for DedupOperator {
         match self.ttl {
             Some(_) => vec![(ROWS_REMOVED_BY_TTL, self.ttl_removed)],
             None => vec![],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::StringArray;
+    use etlantic_core::ir::AggFunc;
+    use std::collections::BTreeMap;
+
+    const SEC: i64 = 1_000_000;
+
+    /// Rows with a key out of 7 (one null), a value (every 11th null) and an event time
+    /// over 200 s, in an order that is not sorted by time.
+    fn input(n: usize) -> RecordBatch {
+        let keys: StringArray = (0..n)
+            .map(|i| (i % 7 != 3).then(|| format!("k{}", i % 7)))
+            .collect();
+        let values: Int64Array = (0..n).map(|i| (i % 11 != 0).then_some(i as i64)).collect();
+        let times = TimestampMicrosecondArray::from(
+            (0..n)
+                .map(|i| ((i * 7919) % 200_000) as i64 * 1000)
+                .collect::<Vec<_>>(),
+        )
+        .with_timezone("UTC");
+        let time_type = times.data_type().clone();
+        RecordBatch::try_new(
+            Arc::new(Schema::new(vec![
+                Field::new("k", DataType::Utf8, true),
+                Field::new("__arg0", DataType::Int64, true),
+                Field::new("__arg1", DataType::Int64, true),
+                Field::new("__arg2", DataType::Int64, true),
+                Field::new("__arg3", DataType::Int64, true),
+                Field::new("__time", time_type, true),
+            ])),
+            vec![
+                Arc::new(keys),
+                Arc::new(values.clone()),
+                Arc::new(values.clone()),
+                Arc::new(values.clone()),
+                Arc::new(values),
+                Arc::new(times),
+            ],
+        )
+        .unwrap()
+    }
+
+    fn operator(geometry: Geometry) -> AggregateOperator {
+        let spec = |name: &str, func| AggSpec {
+            name: name.into(),
+            func,
+            input_type: Some(DataType::Int64),
+        };
+        AggregateOperator::new(AggregateLayout {
+            keys: vec![Field::new("k", DataType::Utf8, true)],
+            aggregates: vec![
+                spec("n", AggFunc::Count),
+                spec("s", AggFunc::Sum),
+                spec("first", AggFunc::First),
+                spec("last", AggFunc::Last),
+            ],
+            window: Some((
+                geometry,
+                DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            )),
+            event_time_key: None,
+        })
+        .unwrap()
+    }
+
+    type Expected = BTreeMap<(i64, Option<String>), (i64, Option<i64>, Option<i64>, Option<i64>)>;
+
+    /// What the operator must produce: each row folded into each of its windows in input
+    /// order, late rows (window end at or before `watermark`) left out.
+    fn reference(batch: &RecordBatch, geometry: Geometry, watermark: i64) -> (Expected, Vec<u32>) {
+        let keys = batch
+            .column(0)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap();
+        let values = batch
+            .column(1)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap();
+        let times = micros(batch.column(5)).unwrap();
+        let mut out = Expected::new();
+        let mut late = Vec::new();
+        for i in 0..batch.num_rows() {
+            let ts = times.value(i);
+            let windows: Vec<(i64, i64)> = match geometry {
+                Geometry::Tumbling(size) => vec![(ts.div_euclid(size) * size, size)],
+                Geometry::Sliding(size, slide) => (0..size / slide)
+                    .map(|j| (ts.div_euclid(slide) * slide - j * slide, size))
+                    .collect(),
+                Geometry::Session(_) => unreachable!(),
+            };
+            let mut row_late = false;
+            for (start, size) in windows {
+                if start + size <= watermark {
+                    row_late = true;
+                    continue;
+                }
+                let key = keys.is_valid(i).then(|| keys.value(i).to_string());
+                let v = values.is_valid(i).then(|| values.value(i));
+                let e = out.entry((start, key)).or_insert((0, None, None, None));
+                if let Some(v) = v {
+                    e.0 += 1;
+                    e.1 = Some(e.1.unwrap_or(0) + v);
+                    e.2 = e.2.or(Some(v));
+                    e.3 = Some(v);
+                }
+            }
+            if row_late {
+                late.push(i as u32);
+            }
+        }
+        (out, late)
+    }
+
+    fn actual(batch: &RecordBatch) -> Expected {
+        let starts = micros(batch.column(0)).unwrap();
+        let keys = batch
+            .column(2)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap();
+        let col = |i: usize| {
+            batch
+                .column(i)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .unwrap()
+        };
+        let opt = |a: &Int64Array, r: usize| a.is_valid(r).then(|| a.value(r));
+        (0..batch.num_rows())
+            .map(|r| {
+                (
+                    (
+                        starts.value(r),
+                        keys.is_valid(r).then(|| keys.value(r).to_string()),
+                    ),
+                    (
+                        col(3).value(r),
+                        opt(col(4), r),
+                        opt(col(5), r),
+                        opt(col(6), r),
+                    ),
+                )
+            })
+            .collect()
+    }
+
+    /// A batch large enough to be grouped on several threads gives what folding each row
+    /// into its windows in order gives: counts, sums, `first`/`last` in input order, a
+    /// null key as a key, and the late rows in input order.
+    #[test]
+    fn grouped_batches_match_row_at_a_time_folding() {
+        let batch = input(150_000);
+        for geometry in [
+            Geometry::Tumbling(10 * SEC),
+            Geometry::Sliding(10 * SEC, 5 * SEC),
+        ] {
+            let watermark = 60 * SEC;
+            let mut op = operator(geometry);
+            let ctx = OpContext {
+                late_watermark_us: watermark,
+                evict_watermark_us: watermark,
+                has_watermark: true,
+                output_mode: OutputMode::Update,
+                accept_late: false,
+                processing_time_ms: 0,
+            };
+            let out = op.process(std::slice::from_ref(&batch), &ctx).unwrap();
+            let (expected, late) = reference(&batch, geometry, watermark);
+            assert_eq!(actual(&out.rows[0]), expected, "{geometry:?}");
+            assert_eq!(out.late_index, vec![(0, late.clone())], "{geometry:?}");
+            assert_eq!(out.late_count, late.len() as u64);
+            // A second batch folds into the same groups.
+            let again = op.process(std::slice::from_ref(&batch), &ctx).unwrap();
+            let doubled: Expected = expected
+                .iter()
+                .map(|(k, (n, s, f, _))| (k.clone(), (2 * n, s.map(|s| 2 * s), *f, expected[k].3)))
+                .collect();
+            assert_eq!(actual(&again.rows[0]), doubled, "{geometry:?}");
         }
     }
 }

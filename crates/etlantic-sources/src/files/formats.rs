@@ -284,14 +284,47 @@ fn read_csv(ctx: &ReadCtx<'_>, path: &Path, rel: &str, out: &mut SourceBatch) ->
     flush(&mut builder, out)
 }
 
-fn read_parquet(ctx: &ReadCtx<'_>, path: &Path, rel: &str, out: &mut SourceBatch) -> Result<()> {
+/// Files with at least this many rows have their columns decoded on two threads.
+const PARALLEL_DECODE_ROWS: i64 = 64 * 1024;
+
+fn not_parquet(e: parquet::errors::ParquetError) -> Error {
+    Error::new(
+        &codes::RECORD_UNPARSABLE,
+        format!("cannot read the Parquet file: {e}"),
+    )
+}
+
+fn undecodable(e: arrow::error::ArrowError) -> Error {
+    Error::new(
+        &codes::RECORD_UNPARSABLE,
+        format!("cannot decode the Parquet file: {e}"),
+    )
+}
+
+/// Decodes the leaf columns `columns` (file schema indices) of a Parquet file.
+fn decode_parquet_columns(
+    path: &Path,
+    columns: &[usize],
+    batch_size: usize,
+) -> Result<Vec<RecordBatch>> {
     let file = std::fs::File::open(path).map_err(|e| io_error("open", path, e))?;
-    let not_parquet = |e: parquet::errors::ParquetError| {
-        Error::new(
-            &codes::RECORD_UNPARSABLE,
-            format!("cannot read the Parquet file: {e}"),
-        )
-    };
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(not_parquet)?;
+    let mask = ProjectionMask::roots(builder.parquet_schema(), columns.iter().copied());
+    builder
+        .with_projection(mask)
+        .with_batch_size(batch_size)
+        .build()
+        .map_err(not_parquet)?
+        .map(|b| b.map_err(undecodable))
+        .collect()
+}
+
+/// Decodes the contract's columns of a Parquet file. A large file's columns are split
+/// into two sets of about equal size, decoded on two threads and put back side by side
+/// (both readers cut the same batches, as they read the same row groups with the same
+/// batch size).
+fn decode_parquet(ctx: &ReadCtx<'_>, path: &Path) -> Result<Vec<RecordBatch>> {
+    let file = std::fs::File::open(path).map_err(|e| io_error("open", path, e))?;
     let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(not_parquet)?;
     // Read only the contract's columns.
     let file_schema = builder.schema().clone();
@@ -302,20 +335,82 @@ fn read_parquet(ctx: &ReadCtx<'_>, path: &Path, rel: &str, out: &mut SourceBatch
         .iter()
         .filter_map(|f| file_schema.index_of(f.name()).ok())
         .collect();
-    let mask = ProjectionMask::roots(builder.parquet_schema(), wanted);
-    let reader = builder
-        .with_projection(mask)
-        .with_batch_size(ctx.batch_size)
-        .build()
-        .map_err(not_parquet)?;
-    let mut row_base = 0u64;
-    for batch in reader {
-        let batch: RecordBatch = batch.map_err(|e| {
-            Error::new(
+    let metadata = builder.metadata().clone();
+    // Column sizes are per leaf column: only flat schemas (one leaf per field) split.
+    let parallel = wanted.len() >= 2
+        && metadata.file_metadata().schema_descr().num_columns() == file_schema.fields().len()
+        && metadata.file_metadata().num_rows() >= PARALLEL_DECODE_ROWS
+        && std::thread::available_parallelism().is_ok_and(|p| p.get() >= 2);
+    if !parallel {
+        drop(builder);
+        return decode_parquet_columns(path, &wanted, ctx.batch_size);
+    }
+    // Split by uncompressed size, largest first onto the lighter set.
+    let size = |c: usize| -> i64 {
+        metadata
+            .row_groups()
+            .iter()
+            .map(|rg| rg.column(c).uncompressed_size())
+            .sum()
+    };
+    let mut by_size = wanted.clone();
+    by_size.sort_by_key(|&c| std::cmp::Reverse(size(c)));
+    let (mut sets, mut totals) = ([Vec::new(), Vec::new()], [0i64, 0i64]);
+    for c in by_size {
+        let lighter = usize::from(totals[1] < totals[0]);
+        totals[lighter] += size(c);
+        sets[lighter].push(c);
+    }
+    drop(builder);
+    for set in sets.iter_mut() {
+        set.sort_unstable();
+    }
+    let batch_size = ctx.batch_size;
+    let (first, second) = std::thread::scope(|scope| {
+        let other = scope.spawn(|| decode_parquet_columns(path, &sets[1], batch_size));
+        let first = decode_parquet_columns(path, &sets[0], batch_size);
+        let second = other.join().unwrap_or_else(|_| {
+            Err(Error::new(
                 &codes::RECORD_UNPARSABLE,
-                format!("cannot decode the Parquet file: {e}"),
+                "a Parquet decoding thread panicked",
+            ))
+        });
+        (first, second)
+    });
+    let (first, second) = (first?, second?);
+    if first.len() != second.len() {
+        return Err(Error::new(
+            &codes::RECORD_UNPARSABLE,
+            "the column sets of the Parquet file were cut into different batches",
+        ));
+    }
+    first
+        .into_iter()
+        .zip(second)
+        .map(|(a, b)| {
+            let mut fields = Vec::with_capacity(wanted.len());
+            let mut columns = Vec::with_capacity(wanted.len());
+            for &c in &wanted {
+                let name = file_schema.field(c).name();
+                let (batch, i) = match a.schema().index_of(name) {
+                    Ok(i) => (&a, i),
+                    Err(_) => (&b, b.schema().index_of(name).map_err(undecodable)?),
+                };
+                fields.push(batch.schema().field(i).clone());
+                columns.push(batch.column(i).clone());
+            }
+            RecordBatch::try_new(
+                std::sync::Arc::new(arrow::datatypes::Schema::new(fields)),
+                columns,
             )
-        })?;
+            .map_err(undecodable)
+        })
+        .collect()
+}
+
+fn read_parquet(ctx: &ReadCtx<'_>, path: &Path, rel: &str, out: &mut SourceBatch) -> Result<()> {
+    let mut row_base = 0u64;
+    for batch in decode_parquet(ctx, path)? {
         let conformed = ctx.decoder.conform_batch(&batch)?;
         for (i, problem) in conformed.rejected {
             let mut pos = ctx.position(rel);

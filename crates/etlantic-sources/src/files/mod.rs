@@ -84,6 +84,9 @@ pub struct FileSourceOptions {
     pub max_files_per_trigger: Option<usize>,
     /// `?batch_size=` (rows per Arrow batch).
     pub batch_size: usize,
+    /// `?read_ahead=` (default `true`): a stream decodes its next micro-batch's files
+    /// while the current one is processed, holding one micro-batch more in memory.
+    pub read_ahead: bool,
 }
 
 fn bad_param(uri: &BindingUri, key: &str, value: &str, expected: &str) -> Error {
@@ -96,6 +99,14 @@ fn bad_param(uri: &BindingUri, key: &str, value: &str, expected: &str) -> Error 
     )
 }
 
+fn flag(uri: &BindingUri, key: &str, value: &str) -> Result<bool> {
+    match value.to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" => Ok(true),
+        "false" | "0" | "no" => Ok(false),
+        _ => Err(bad_param(uri, key, value, "true or false")),
+    }
+}
+
 impl FileSourceOptions {
     /// Parses the query parameters of a `file://` URI. An unknown parameter is an error
     /// (`ETL007`), an unknown format `ETL505`.
@@ -105,6 +116,7 @@ impl FileSourceOptions {
             csv: CsvOptions::default(),
             max_files_per_trigger: None,
             batch_size: DEFAULT_BATCH_SIZE,
+            read_ahead: true,
         };
         for (key, value) in &uri.params {
             match key.as_str() {
@@ -119,13 +131,8 @@ impl FileSourceOptions {
                         )
                     })?)
                 }
-                "header" => {
-                    o.csv.header = match value.to_ascii_lowercase().as_str() {
-                        "true" | "1" | "yes" => true,
-                        "false" | "0" | "no" => false,
-                        _ => return Err(bad_param(uri, key, value, "true or false")),
-                    }
-                }
+                "header" => o.csv.header = flag(uri, key, value)?,
+                "read_ahead" => o.read_ahead = flag(uri, key, value)?,
                 "delimiter" | "sep" => {
                     o.csv.delimiter = match value.as_str() {
                         "tab" | "\\t" | "\t" => b'\t',
@@ -152,7 +159,7 @@ impl FileSourceOptions {
                     return Err(Error::new(
                         &codes::BAD_URI,
                         format!(
-                            "binding `{}`: unknown parameter `{other}` for the file source (known: format, header, delimiter, max_files_per_trigger, batch_size)",
+                            "binding `{}`: unknown parameter `{other}` for the file source (known: format, header, delimiter, max_files_per_trigger, batch_size, read_ahead)",
                             uri.redacted()
                         ),
                     ))
@@ -322,6 +329,50 @@ pub struct FileSource {
     options: FileSourceOptions,
     decoder: ContractDecoder,
     log: Option<SeenLog>,
+    /// The files limit of the last `latest_offset` (a stream's read-ahead takes as many).
+    last_limit: Option<usize>,
+    /// The next micro-batch's files, being decoded while the current one is processed.
+    read_ahead: Option<ReadAhead>,
+}
+
+/// Files decoded ahead of their micro-batch on a thread of their own: a stream's next
+/// files are known (the listing minus the seen files, up to the trigger's limit) before
+/// the driver asks for them, so their decoding overlaps the processing of the current
+/// micro-batch. Files are immutable once listed (as in Spark's file source), so what was
+/// read ahead is what a later read would read; it is used only when the next read asks
+/// for exactly these files, and a failed read-ahead is read again in the foreground,
+/// where its error is reported.
+struct ReadAhead {
+    names: Vec<String>,
+    handle: std::thread::JoinHandle<Result<SourceBatch>>,
+}
+
+/// Everything needed to read some files of a source, owned (it may run on another
+/// thread).
+struct ReadJob {
+    asset: String,
+    root: PathBuf,
+    decoder: ContractDecoder,
+    csv: CsvOptions,
+    batch_size: usize,
+    files: Vec<(PathBuf, FileFormat)>,
+}
+
+impl ReadJob {
+    fn run(self) -> Result<SourceBatch> {
+        let ctx = ReadCtx {
+            asset: &self.asset,
+            root: &self.root,
+            decoder: &self.decoder,
+            csv: self.csv,
+            batch_size: self.batch_size,
+        };
+        let mut out = SourceBatch::default();
+        for (path, format) in &self.files {
+            formats::read_file(&ctx, path, *format, &mut out)?;
+        }
+        Ok(out)
+    }
 }
 
 impl std::fmt::Debug for FileSource {
@@ -399,6 +450,8 @@ impl FileSource {
             options,
             decoder,
             log,
+            last_limit: None,
+            read_ahead: None,
         })
     }
 
@@ -461,15 +514,9 @@ impl FileSource {
         .map(|n| n.max(1))
     }
 
-    fn read_names(&self, names: &[String]) -> Result<SourceBatch> {
-        let ctx = ReadCtx {
-            asset: &self.asset,
-            root: &self.root,
-            decoder: &self.decoder,
-            csv: self.options.csv,
-            batch_size: self.options.batch_size,
-        };
-        let mut out = SourceBatch::default();
+    /// The job that reads these files (checked to exist and to have a known format).
+    fn read_job(&self, names: &[String]) -> Result<ReadJob> {
+        let mut files = Vec::with_capacity(names.len());
         for name in names {
             let path = self.base.join(name);
             let format = self.format_of(name).ok_or_else(|| {
@@ -488,9 +535,59 @@ impl FileSource {
                     ),
                 ));
             }
-            formats::read_file(&ctx, &path, format, &mut out)?;
+            files.push((path, format));
         }
-        Ok(out)
+        Ok(ReadJob {
+            asset: self.asset.clone(),
+            root: self.root.clone(),
+            decoder: self.decoder.clone(),
+            csv: self.options.csv,
+            batch_size: self.options.batch_size,
+            files,
+        })
+    }
+
+    fn read_names(&mut self, names: &[String]) -> Result<SourceBatch> {
+        if let Some(ahead) = self.read_ahead.take() {
+            if ahead.names == names {
+                if let Ok(Ok(batch)) = ahead.handle.join() {
+                    return Ok(batch);
+                }
+            }
+            // Not what is asked for (or it failed): left to finish on its own.
+        }
+        self.read_job(names)?.run()
+    }
+
+    /// Starts decoding the files the micro-batch after log index `index` will read: the
+    /// ones already assigned to `index + 1`, or else the unseen files up to the last
+    /// limit. Does nothing when there are none or they cannot be read.
+    fn start_read_ahead(&mut self, index: u64) {
+        let Some(log) = &self.log else { return };
+        let names: Vec<String> = match log.entries.get(&(index + 1)) {
+            Some(files) => files.clone(),
+            None => match self.list() {
+                Ok(listed) => listed
+                    .into_iter()
+                    .map(|l| l.name)
+                    .filter(|n| !log.seen.contains(n))
+                    .take(self.last_limit.unwrap_or(usize::MAX))
+                    .collect(),
+                Err(_) => return,
+            },
+        };
+        if names.is_empty() {
+            return;
+        }
+        let Ok(job) = self.read_job(&names) else {
+            return;
+        };
+        let spawned = std::thread::Builder::new()
+            .name(format!("read-ahead {}", self.asset))
+            .spawn(move || job.run());
+        if let Ok(handle) = spawned {
+            self.read_ahead = Some(ReadAhead { names, handle });
+        }
     }
 }
 
@@ -506,6 +603,7 @@ impl Source for FileSource {
         limit: &ReadLimit,
     ) -> Result<Option<Offset>> {
         let max = self.file_limit(limit);
+        self.last_limit = max;
         if self.log.is_none() {
             // Offsets list the files themselves (cumulatively).
             let seen: Vec<String> = match start.map(parse_offset).transpose()? {
@@ -615,7 +713,11 @@ impl Source for FileSource {
                     })?;
                     names.extend(files.iter().cloned());
                 }
-                names
+                let batch = self.read_names(&names)?;
+                if self.options.read_ahead {
+                    self.start_read_ahead(e);
+                }
+                return Ok(batch);
             }
         };
         self.read_names(&names)
