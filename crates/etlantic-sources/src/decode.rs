@@ -304,6 +304,19 @@ impl ContractDecoder {
         self.schema.clone()
     }
 
+    /// Whether a column of type `found` in the input can be left undecoded (and read as
+    /// nulls) without skipping a record-level rule: it is nullable, unconstrained, and of
+    /// exactly the contract's type (a conversion could reject values). Unknown columns
+    /// cannot.
+    pub fn may_skip(&self, name: &str, found: &DataType) -> bool {
+        self.columns.iter().any(|c| {
+            c.field.name() == name
+                && c.field.is_nullable()
+                && c.checks.is_empty()
+                && c.field.data_type() == found
+        })
+    }
+
     /// A builder accumulating decoded records into batches.
     pub fn builder(&self) -> BatchBuilder {
         BatchBuilder {

@@ -578,6 +578,81 @@ mod parquet_files {
         );
     }
 
+    /// `read_only` lets the Parquet reader skip the columns the pipeline does not read —
+    /// they come back as nulls — except where a record-level rule needs their values: a
+    /// required column, a constrained one, one whose type needs a conversion.
+    #[tokio::test]
+    async fn columns_the_pipeline_does_not_read_are_skipped_unless_a_rule_needs_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("order_id", DataType::Int64, true),
+            Field::new("customer", DataType::Utf8, true),
+            Field::new("ts", DataType::Timestamp(TimeUnit::Microsecond, None), true),
+            Field::new("score", DataType::Float64, true),
+            Field::new("paid", DataType::Boolean, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(Int64Array::from(vec![1, 0])) as ArrayRef,
+                Arc::new(StringArray::from(vec!["Ann", "bob"])),
+                Arc::new(TimestampMicrosecondArray::from(vec![BASE_US, BASE_US])),
+                Arc::new(arrow::array::Float64Array::from(vec![1.5, 2.5])),
+                Arc::new(arrow::array::BooleanArray::from(vec![true, false])),
+            ],
+        )
+        .unwrap();
+        write_parquet(&dir.path().join("o.parquet"), &batch);
+        let c = contract(ORDERS);
+        let mut src = source_provider("file")
+            .unwrap()
+            .create(ctx(
+                dir.path(),
+                "orders",
+                "file://o.parquet",
+                &c,
+                ExecutionMode::Batch,
+                None,
+            ))
+            .unwrap();
+        src.read_only(&["ts".to_string()]);
+        let out = read_all(&mut src).await;
+        let b = concat_batches(&c.arrow_schema(), &out.batches).unwrap();
+        assert_eq!(b.schema(), c.arrow_schema());
+        // Row 1 breaks rules of columns the pipeline does not read (order_id >= 1,
+        // customer's pattern): they were decoded and checked all the same.
+        assert_eq!(
+            summary(&out.rejected),
+            vec![("ETL704".into(), Some("order_id".into()), None, Some(1))]
+        );
+        assert_eq!(col::<Int64Array>(&b, "order_id").values().to_vec(), vec![1]);
+        assert_eq!(col::<StringArray>(&b, "customer").value(0), "Ann");
+        assert_eq!(
+            col::<TimestampMicrosecondArray>(&b, "ts").values().to_vec(),
+            vec![BASE_US]
+        );
+        // `score` is constrained (`exclusiveMaximum`): decoded. `paid` is unread,
+        // unconstrained and of the contract's type: skipped, read as nulls.
+        assert_eq!(b.column_by_name("score").unwrap().null_count(), 0);
+        assert_eq!(b.column_by_name("paid").unwrap().null_count(), 1);
+        // Without the hint every column is decoded.
+        let mut all = source_provider("file")
+            .unwrap()
+            .create(ctx(
+                dir.path(),
+                "orders",
+                "file://o.parquet",
+                &c,
+                ExecutionMode::Batch,
+                None,
+            ))
+            .unwrap();
+        let out = read_all(&mut all).await;
+        let b = concat_batches(&c.arrow_schema(), &out.batches).unwrap();
+        assert_eq!(b.column_by_name("score").unwrap().null_count(), 0);
+        assert_eq!(b.column_by_name("paid").unwrap().null_count(), 0);
+    }
+
     #[tokio::test]
     async fn missing_required_column_or_lossy_cast_fails_the_whole_file() {
         let dir = tempfile::tempdir().unwrap();

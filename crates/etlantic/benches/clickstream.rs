@@ -135,7 +135,14 @@ async fn stream(data: &Path, work: &Path, max_files: usize) -> (u64, u64, f64) {
         &p,
         &ctx,
         etlantic::run::StreamingRun {
-            on_progress: None,
+            // `--progress` prints each micro-batch's durations (where the time goes).
+            on_progress: std::env::args().any(|a| a == "--progress").then(|| {
+                let print: etlantic_datafusion::streaming::ProgressListener =
+                    std::sync::Arc::new(|p: &serde_json::Value| {
+                        eprintln!("batch {} {}", p["batchId"], p["durationMs"])
+                    });
+                print
+            }),
             stop: Default::default(),
             max_batches: None,
         },

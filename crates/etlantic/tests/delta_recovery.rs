@@ -8,11 +8,14 @@
 //! nothing duplicated. The same for the update output mode into a `mode=merge` table.
 //! Also: a batch run reading a Delta table (bounded source) into a Delta table.
 
+mod common;
+use common::crash::*;
+
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
 fn pipeline(output_mode: &str) -> String {
     format!(
@@ -64,51 +67,6 @@ bindings:
     )
 }
 
-const CLICKS: &str = r#"version: "1.0.0"
-apiVersion: "v3.1.0"
-kind: "DataContract"
-id: "clicks"
-name: "clicks"
-status: "active"
-schema:
-  - name: "clicks"
-    logicalType: "object"
-    properties:
-      - name: "ts"
-        logicalType: "timestamp"
-        required: true
-      - name: "campaign"
-        logicalType: "string"
-        required: true
-      - name: "user"
-        logicalType: "string"
-"#;
-
-const COUNTS: &str = r#"version: "1.0.0"
-apiVersion: "v3.1.0"
-kind: "DataContract"
-id: "counts"
-name: "counts"
-status: "active"
-schema:
-  - name: "counts"
-    logicalType: "object"
-    properties:
-      - name: "window_start"
-        logicalType: "timestamp"
-      - name: "window_end"
-        logicalType: "timestamp"
-      - name: "campaign"
-        logicalType: "string"
-      - name: "n"
-        logicalType: "integer"
-        logicalTypeOptions: {format: "i64"}
-"#;
-
-fn click(mmss: &str, campaign: &str, user: &str) -> String {
-    format!(r#"{{"ts": "2024-01-01T00:{mmss}Z", "campaign": "{campaign}", "user": "{user}"}}"#)
-}
-
 /// Six files, one per data batch; file 2 line 2 is late (00:30 when the watermark is
 /// 01:05) and dropped.
 fn input_files() -> Vec<(String, String)> {
@@ -149,37 +107,6 @@ fn project(dir: &Path, output_mode: &str, binding: &str) {
     }
 }
 
-/// The binary under test: cargo's, or `ETLANTIC_TEST_BIN` (a copy, when several
-/// worktrees share one target directory and may rebuild `target/debug/etlantic`).
-fn bin() -> String {
-    std::env::var("ETLANTIC_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_etlantic").into())
-}
-
-fn run(dir: &Path, fail_point: Option<&str>) -> Output {
-    let mut cmd = Command::new(bin());
-    cmd.current_dir(dir)
-        .args(["run", "pipeline.yaml", "--format", "json"])
-        .env_remove("ETLANTIC_FAIL_POINT");
-    if let Some(fp) = fail_point {
-        cmd.env("ETLANTIC_FAIL_POINT", fp);
-    }
-    cmd.output().expect("the etlantic binary runs")
-}
-
-fn describe(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn run_ok(dir: &Path) {
-    let o = run(dir, None);
-    assert!(o.status.success(), "run failed: {}", describe(&o));
-}
-
 fn block_on<F: std::future::Future>(f: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -215,16 +142,6 @@ fn table_rows(table: &Path) -> Vec<String> {
     }
     rows.sort();
     rows
-}
-
-fn window(start: &str, end: &str, campaign: &str, n: i64) -> String {
-    let v: BTreeMap<&str, Value> = BTreeMap::from([
-        ("campaign", json!(campaign)),
-        ("n", json!(n)),
-        ("window_end", json!(format!("2024-01-01T00:{end}.000Z"))),
-        ("window_start", json!(format!("2024-01-01T00:{start}.000Z"))),
-    ]);
-    serde_json::to_string(&v).unwrap()
 }
 
 /// The windows every run must end with (append mode: the watermark closed them; the
@@ -513,7 +430,7 @@ bindings:
     std::fs::write(dir.join("contracts/totals.yaml"), contract).unwrap();
     std::fs::write(dir.join("profiles/batch.yaml"), profile).unwrap();
     for _ in 0..2 {
-        let o = Command::new(bin())
+        let o = Command::new(env!("CARGO_BIN_EXE_etlantic"))
             .current_dir(dir)
             .args([
                 "run",

@@ -9,13 +9,15 @@
 //! on disk). Micro-batches alternate data / no-data: 0 d, 1 nd, ..., 10 d, 11 nd.
 #![cfg(feature = "iceberg")]
 
+mod common;
+use common::crash::*;
+
 use etlantic_core::uri::BindingUri;
 use etlantic_sinks::iceberg::IcebergTarget;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::{Command, Output};
 
 const BINDING: &str =
     "iceberg://analytics/counts?catalog=sqlite://lake/catalog.db&warehouse=lake/warehouse";
@@ -63,78 +65,6 @@ sinks:
     output_mode: append
 "#;
 
-const CLICKS: &str = r#"version: "1.0.0"
-apiVersion: "v3.1.0"
-kind: "DataContract"
-id: "clicks"
-name: "clicks"
-status: "active"
-schema:
-  - name: "clicks"
-    logicalType: "object"
-    properties:
-      - name: "ts"
-        logicalType: "timestamp"
-        required: true
-      - name: "campaign"
-        logicalType: "string"
-        required: true
-      - name: "user"
-        logicalType: "string"
-"#;
-
-const COUNTS: &str = r#"version: "1.0.0"
-apiVersion: "v3.1.0"
-kind: "DataContract"
-id: "counts"
-name: "counts"
-status: "active"
-schema:
-  - name: "counts"
-    logicalType: "object"
-    properties:
-      - name: "window_start"
-        logicalType: "timestamp"
-      - name: "window_end"
-        logicalType: "timestamp"
-      - name: "campaign"
-        logicalType: "string"
-      - name: "n"
-        logicalType: "integer"
-        logicalTypeOptions: {format: "i64"}
-"#;
-
-fn click(mmss: &str, campaign: &str, user: &str) -> String {
-    format!(r#"{{"ts": "2024-01-01T00:{mmss}Z", "campaign": "{campaign}", "user": "{user}"}}"#)
-}
-
-/// The input files. File 0 line 4 does not parse; file 2 line 2 is late (00:30 when the
-/// watermark is 01:05) and line 3 has a bad timestamp.
-fn input_files() -> Vec<(String, String)> {
-    let files = [
-        vec![
-            click("00:10", "c1", "u1"),
-            click("00:20", "c2", "u2"),
-            click("00:50", "c1", "u3"),
-            "{not json".to_string(),
-        ],
-        vec![click("01:05", "c1", "u1"), click("01:15", "c2", "u4")],
-        vec![
-            click("01:30", "c1", "u5"),
-            click("00:30", "c1", "u6"),
-            r#"{"ts": "yesterday", "campaign": "c1", "user": "u7"}"#.to_string(),
-        ],
-        vec![click("02:20", "c2", "u1"), click("02:40", "c3", "u2")],
-        vec![click("03:10", "c3", "u3")],
-        vec![click("05:00", "c1", "u4")],
-    ];
-    files
-        .iter()
-        .enumerate()
-        .map(|(i, lines)| (format!("{i:03}.jsonl"), lines.join("\n") + "\n"))
-        .collect()
-}
-
 const MICRO_BATCHES: u64 = 12;
 
 fn project(dir: &Path) {
@@ -153,31 +83,6 @@ fn project(dir: &Path) {
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(p, text).unwrap();
     }
-}
-
-fn run(dir: &Path, fail_point: Option<&str>) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_etlantic"));
-    cmd.current_dir(dir)
-        .args(["run", "pipeline.yaml", "--format", "json"])
-        .env_remove("ETLANTIC_FAIL_POINT");
-    if let Some(fp) = fail_point {
-        cmd.env("ETLANTIC_FAIL_POINT", fp);
-    }
-    cmd.output().expect("the etlantic binary runs")
-}
-
-fn describe(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn run_ok(dir: &Path) {
-    let o = run(dir, None);
-    assert!(o.status.success(), "run failed: {}", describe(&o));
 }
 
 fn target(dir: &Path) -> IcebergTarget {
@@ -236,16 +141,6 @@ fn sink_batches(dir: &Path) -> Vec<u64> {
     };
     ids.reverse();
     ids
-}
-
-fn window(start: &str, end: &str, campaign: &str, n: i64) -> String {
-    let v: BTreeMap<&str, Value> = BTreeMap::from([
-        ("campaign", json!(campaign)),
-        ("n", json!(n)),
-        ("window_end", json!(format!("2024-01-01T00:{end}.000Z"))),
-        ("window_start", json!(format!("2024-01-01T00:{start}.000Z"))),
-    ]);
-    serde_json::to_string(&v).unwrap()
 }
 
 fn reference() -> Vec<String> {

@@ -4,6 +4,9 @@
 //! batch protocol (`ETLANTIC_FAIL_POINT`), restarted, and compared with an uninterrupted
 //! run: 0 lost, 0 duplicated. Offsets live in the query's checkpoint only.
 
+mod common;
+use common::crash::*;
+
 use rdkafka::config::ClientConfig;
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseProducer, BaseRecord, DefaultProducerContext, Producer};
@@ -11,7 +14,7 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::Duration;
 
 const PIPELINE: &str = r#"apiVersion: etlantic/v1
@@ -132,31 +135,6 @@ fn setup_with(sink_binding: &str) -> Env {
         std::fs::write(p, text).unwrap();
     }
     Env { cluster, dir }
-}
-
-fn run(dir: &Path, fail_point: Option<&str>) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_etlantic"));
-    cmd.current_dir(dir)
-        .args(["run", "pipeline.yaml", "--format", "json"])
-        .env_remove("ETLANTIC_FAIL_POINT");
-    if let Some(fp) = fail_point {
-        cmd.env("ETLANTIC_FAIL_POINT", fp);
-    }
-    cmd.output().expect("the etlantic binary runs")
-}
-
-fn describe(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn run_ok(dir: &Path) {
-    let o = run(dir, None);
-    assert!(o.status.success(), "run failed: {}", describe(&o));
 }
 
 /// Committed output rows, sorted (a multiset: duplicates stay).

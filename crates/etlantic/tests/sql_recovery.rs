@@ -14,6 +14,9 @@
 //! bounded mode for every micro-batch, and the planner refusing an SQL table as a
 //! streaming source.
 
+mod common;
+use common::crash::*;
+
 use serde_json::Value;
 use sqlx::{Connection, Row};
 use std::os::unix::process::ExitStatusExt;
@@ -76,36 +79,6 @@ fn contract(id: &str, cols: &[(&str, &str)]) -> String {
         ));
     }
     s
-}
-
-fn click(mmss: &str, campaign: &str, user: &str) -> String {
-    format!(r#"{{"ts": "2024-01-01T00:{mmss}Z", "campaign": "{campaign}", "user": "{user}"}}"#)
-}
-
-/// Six files; file 0 line 4 does not parse, file 2 has a late click and a bad timestamp.
-fn input_files() -> Vec<(String, String)> {
-    let files = [
-        vec![
-            click("00:10", "c1", "u1"),
-            click("00:20", "c2", "u2"),
-            click("00:50", "c1", "u3"),
-            "{not json".to_string(),
-        ],
-        vec![click("01:05", "c1", "u1"), click("01:15", "c2", "u4")],
-        vec![
-            click("01:30", "c1", "u5"),
-            click("00:30", "c1", "u6"),
-            r#"{"ts": "yesterday", "campaign": "c1", "user": "u7"}"#.to_string(),
-        ],
-        vec![click("02:20", "c2", "u1"), click("02:40", "c3", "u2")],
-        vec![click("03:10", "c3", "u3")],
-        vec![click("05:00", "c1", "u4")],
-    ];
-    files
-        .iter()
-        .enumerate()
-        .map(|(i, lines)| (format!("{i:03}.jsonl"), lines.join("\n") + "\n"))
-        .collect()
 }
 
 fn write(dir: &Path, path: &str, text: &str) {
@@ -297,15 +270,6 @@ async fn pg_exec(sql: &str) {
         .await
         .expect("PostgreSQL on 127.0.0.1:5432 (run `cargo xtask setup`)");
     sqlx::raw_sql(sql).execute(&mut c).await.unwrap();
-}
-
-fn describe(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// The committed counts as (campaign, n) pairs per window start minute, from a rendered

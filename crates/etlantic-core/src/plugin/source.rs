@@ -134,6 +134,15 @@ pub trait Source: Send + Sync {
         Ok(())
     }
 
+    /// A hint, given once after creation when the runtime can prove it: the pipeline
+    /// reads only `columns` of the schema, every other column's values are never looked
+    /// at (not by a step, a sink, the quarantine or a side output). A source may then skip
+    /// decoding the other columns and return them as nulls — if it still applies every
+    /// record-level rule of its contract, so a column that is required, constrained or
+    /// converted in a way that can reject a record is decoded anyway. The schema does not
+    /// change. The default ignores the hint.
+    fn read_only(&mut self, _columns: &[String]) {}
+
     /// Human-readable description of an offset for progress records (defaults to JSON).
     fn describe_offset(&self, offset: &Offset) -> serde_json::Value {
         offset.0.clone()

@@ -178,6 +178,92 @@ pub struct StreamingQuery {
     failed_batch: Option<u64>,
 }
 
+/// The columns of a source the streaming region reads, when it provably reads fewer
+/// than all (for [`etlantic_core::plugin::Source::read_only`]): no sink reads the source
+/// directly, every step that reads it is a portable aggregation (window or group-by)
+/// whose input is the source itself, and late rows are dropped or accepted (quarantined
+/// or side-output late rows leave with every column). The columns are those the
+/// aggregations read plus the event-time column. `None` when any of this does not hold.
+fn columns_read(
+    plan: &PipelinePlan,
+    source: &etlantic_plan::plan::PlanSource,
+) -> Result<Option<Vec<String>>> {
+    use etlantic_core::ir::{Action, Aggregate, NamedExpr};
+    if !matches!(source.late_events, LatePolicy::Drop | LatePolicy::Accept)
+        || plan.sinks.iter().any(|k| k.input == source.id)
+    {
+        return Ok(None);
+    }
+    let mut columns: Vec<String> = source.event_time.iter().map(|e| e.column.clone()).collect();
+    let mut add = |group_by: &[NamedExpr], aggregates: &[Aggregate]| {
+        let exprs = group_by
+            .iter()
+            .map(|g| &g.expr)
+            .chain(aggregates.iter().filter_map(|a| a.arg.as_ref()));
+        for c in exprs.flat_map(|e| e.columns()) {
+            if !columns.contains(&c) {
+                columns.push(c);
+            }
+        }
+    };
+    for t in &plan.transforms {
+        let task = plan.step_task(&t.id)?;
+        let ports: Vec<&String> = task
+            .inputs
+            .iter()
+            .filter(|(_, node)| **node == source.id)
+            .map(|(port, _)| port)
+            .collect();
+        if ports.is_empty() {
+            continue;
+        }
+        let etlantic_core::plugin::StepLogic::Portable {
+            plan: portable,
+            output,
+            ..
+        } = &task.logic
+        else {
+            return Ok(None);
+        };
+        let decoded = portable.decoded();
+        for port in ports {
+            if output == port {
+                return Ok(None);
+            }
+            for step in &decoded.steps {
+                if step.op.secondary_inputs().contains(&port.as_str()) {
+                    return Ok(None);
+                }
+                if step.target != *port {
+                    continue;
+                }
+                match &step.op {
+                    Action::Aggregate {
+                        group_by,
+                        aggregates,
+                    } => add(group_by, aggregates),
+                    Action::WindowAggregate {
+                        window,
+                        group_by,
+                        aggregates,
+                    } => {
+                        add(group_by, aggregates);
+                        add(
+                            &[NamedExpr {
+                                name: window.time_column.clone(),
+                                expr: etlantic_core::ir::Expr::Column(window.time_column.clone()),
+                            }],
+                            &[],
+                        );
+                    }
+                    _ => return Ok(None),
+                }
+            }
+        }
+    }
+    Ok(Some(columns))
+}
+
 fn io(e: impl std::fmt::Display) -> Error {
     Error::new(&codes::IO_ERROR, e.to_string())
 }
@@ -284,6 +370,10 @@ impl StreamingQuery {
                 mode: ExecutionMode::Streaming,
                 state_dir: Some(checkpoint.source_dir(n)),
             })?;
+            let mut source = source;
+            if let Some(columns) = columns_read(plan, s)? {
+                source.read_only(&columns);
+            }
             let event_time = s
                 .watermark
                 .and(s.event_time.as_ref().map(|e| e.column.clone()));

@@ -10,6 +10,7 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ProjectionMask;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::collections::HashSet;
 use std::path::Path;
 
 /// A file format the `file://` source reads.
@@ -84,6 +85,8 @@ pub(crate) struct ReadCtx<'a> {
     pub decoder: &'a ContractDecoder,
     pub csv: CsvOptions,
     pub batch_size: usize,
+    /// The columns the pipeline reads (`None`: all; see `Source::read_only`).
+    pub columns_read: Option<&'a HashSet<String>>,
 }
 
 impl ReadCtx<'_> {
@@ -328,12 +331,20 @@ fn decode_parquet(ctx: &ReadCtx<'_>, path: &Path) -> Result<Vec<RecordBatch>> {
     let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(not_parquet)?;
     // Read only the contract's columns.
     let file_schema = builder.schema().clone();
+    // Columns the pipeline does not read are left undecoded (and become nulls) when no
+    // record-level rule needs their values.
     let wanted: Vec<usize> = ctx
         .decoder
         .schema()
         .fields()
         .iter()
         .filter_map(|f| file_schema.index_of(f.name()).ok())
+        .filter(|&i| {
+            let f = file_schema.field(i);
+            ctx.columns_read.is_none_or(|read| {
+                read.contains(f.name()) || !ctx.decoder.may_skip(f.name(), f.data_type())
+            })
+        })
         .collect();
     let metadata = builder.metadata().clone();
     // Column sizes are per leaf column: only flat schemas (one leaf per field) split.

@@ -2,6 +2,8 @@
 //! temporary directories and look at its exit code, its output and the files it writes.
 #![allow(dead_code)]
 
+pub mod crash;
+
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
