@@ -32,8 +32,17 @@ fn arg(name: &str) -> Option<String> {
         .cloned()
 }
 
-/// `events` clicks over 2 hours of event time, in order, over 4 partitions.
+/// The mock cluster keeps at most 5 MB (or 100,000 records) per partition and deletes
+/// the oldest records beyond that, like a broker's retention: with clicks of about 100
+/// bytes, the topic gets one partition per 40,000 clicks (at least 4) so that every click
+/// produced before the query starts is still there when it reads.
+fn partitions(events: u64) -> i32 {
+    events.div_ceil(40_000).max(4) as i32
+}
+
+/// `events` clicks over 2 hours of event time, in order, round-robin over the partitions.
 fn produce(bootstrap: &str, events: u64) {
+    let n = partitions(events) as u64;
     let p: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("linger.ms", "5")
@@ -49,7 +58,7 @@ fn produce(bootstrap: &str, events: u64) {
         let v = json!({"event_id": i, "ts": ts, "campaign_id": format!("c{:04}", i % CAMPAIGNS), "user_id": i % 100_003});
         let payload = v.to_string();
         let mut record = BaseRecord::<str, str>::to("clicks")
-            .partition((i % 4) as i32)
+            .partition((i % n) as i32)
             .payload(&payload);
         loop {
             match p.send(record) {
@@ -94,7 +103,9 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(100_000);
     let cluster = MockCluster::new(1).expect("mock cluster");
-    cluster.create_topic("clicks", 4, 1).expect("topic");
+    cluster
+        .create_topic("clicks", partitions(events), 1)
+        .expect("topic");
     let bootstrap = cluster.bootstrap_servers();
     let t = Instant::now();
     produce(&bootstrap, events);
