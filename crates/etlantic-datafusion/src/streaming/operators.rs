@@ -217,6 +217,24 @@ struct Group {
     updated_ms: Option<i64>,
 }
 
+/// The state index key of a (window start, key) group: the start's big-endian bytes,
+/// then the row-encoded key, written into `buf`.
+fn state_key(buf: &mut Vec<u8>, start: i64, key: &[u8]) {
+    buf.clear();
+    buf.extend_from_slice(&start.to_be_bytes());
+    buf.extend_from_slice(key);
+}
+
+/// Whether a row is late: its window ends at or before the cutoff (windowed), or its
+/// event-time key is at or before it (plain aggregation keyed by the event time).
+fn late_for(cutoff: Option<i64>, windowed: bool, end: i64, event_key: Option<i64>) -> bool {
+    match cutoff {
+        None => false,
+        Some(wm) if windowed => end <= wm,
+        Some(wm) => event_key.is_some_and(|k| k <= wm),
+    }
+}
+
 /// Batches smaller than twice this are grouped on one thread.
 const MIN_ROWS_PER_THREAD: usize = 32 * 1024;
 /// At most this many threads group one batch.
@@ -381,11 +399,12 @@ impl AggregateOperator {
     }
 
     fn is_late(&self, end: i64, event_key: Option<i64>, ctx: &OpContext) -> bool {
-        match (self.late_cutoff(ctx), self.geometry()) {
-            (None, _) => false,
-            (Some(wm), Some(_)) => end <= wm,
-            (Some(wm), None) => event_key.is_some_and(|k| k <= wm),
-        }
+        late_for(
+            self.late_cutoff(ctx),
+            self.layout.window.is_some(),
+            end,
+            event_key,
+        )
     }
 
     fn closed(&self, g: &Group, ctx: &OpContext) -> bool {
@@ -583,14 +602,10 @@ impl AggregateOperator {
                 self.windows_of(ts, &mut windows);
                 let mut row_late = false;
                 for &(start, end) in windows.iter() {
-                    let is_late = match cut {
-                        None => false,
-                        Some(wm) if windowed => end <= wm,
-                        Some(wm) => event_keys
-                            .as_ref()
-                            .is_some_and(|e| e.is_valid(i) && e.value(i) <= wm),
-                    };
-                    if is_late {
+                    let event_key = event_keys
+                        .as_ref()
+                        .and_then(|e| e.is_valid(i).then(|| e.value(i)));
+                    if late_for(cut, windowed, end, event_key) {
                         row_late = true;
                     } else {
                         rows.push(i as u32);
@@ -714,9 +729,7 @@ impl AggregateOperator {
         for (g, batch_accs) in accs.into_iter().enumerate() {
             let start = starts.value(g);
             let key = rows.row(g);
-            key_buf.clear();
-            key_buf.extend_from_slice(&start.to_be_bytes());
-            key_buf.extend_from_slice(key.as_ref());
+            state_key(&mut key_buf, start, key.as_ref());
             match self.index.get(key_buf.as_slice()) {
                 Some(&gi) => {
                     let group = &mut self.groups[gi];
@@ -995,8 +1008,8 @@ impl StatefulOperator for AggregateOperator {
                     .or_default()
                     .push(g);
             } else {
-                let mut k = g.start.to_be_bytes().to_vec();
-                k.extend_from_slice(rows.row(i).as_ref());
+                let mut k = Vec::new();
+                state_key(&mut k, g.start, rows.row(i).as_ref());
                 self.index.insert(k, self.groups.len());
                 self.groups.push(g);
             }
@@ -1070,8 +1083,8 @@ impl AggregateOperator {
     fn reindex(&mut self) {
         self.index.clear();
         for (i, g) in self.groups.iter().enumerate() {
-            let mut k = g.start.to_be_bytes().to_vec();
-            k.extend_from_slice(g.key.row().as_ref());
+            let mut k = Vec::new();
+            state_key(&mut k, g.start, g.key.row().as_ref());
             self.index.insert(k, i);
         }
     }
@@ -1112,12 +1125,7 @@ impl AggregateOperator {
             }
         }
         self.groups = keep;
-        self.index.clear();
-        for (i, g) in self.groups.iter().enumerate() {
-            let mut k = g.start.to_be_bytes().to_vec();
-            k.extend_from_slice(g.key.row().as_ref());
-            self.index.insert(k, i);
-        }
+        self.reindex();
     }
 }
 

@@ -6,7 +6,7 @@ use arrow::array::RecordBatch;
 use etlantic_core::data::SourcePosition;
 use etlantic_core::diagnostics::{codes, Error, Result};
 use etlantic_core::plugin::SourceBatch;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ParquetRecordBatchReaderBuilder};
 use parquet::arrow::ProjectionMask;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -304,14 +304,16 @@ fn undecodable(e: arrow::error::ArrowError) -> Error {
     )
 }
 
-/// Decodes the leaf columns `columns` (file schema indices) of a Parquet file.
+/// Decodes the leaf columns `columns` (file schema indices) of a Parquet file whose
+/// footer was read into `metadata`.
 fn decode_parquet_columns(
     path: &Path,
+    metadata: &ArrowReaderMetadata,
     columns: &[usize],
     batch_size: usize,
 ) -> Result<Vec<RecordBatch>> {
     let file = std::fs::File::open(path).map_err(|e| io_error("open", path, e))?;
-    let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(not_parquet)?;
+    let builder = ParquetRecordBatchReaderBuilder::new_with_metadata(file, metadata.clone());
     let mask = ProjectionMask::roots(builder.parquet_schema(), columns.iter().copied());
     builder
         .with_projection(mask)
@@ -328,9 +330,11 @@ fn decode_parquet_columns(
 /// batch size).
 fn decode_parquet(ctx: &ReadCtx<'_>, path: &Path) -> Result<Vec<RecordBatch>> {
     let file = std::fs::File::open(path).map_err(|e| io_error("open", path, e))?;
-    let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(not_parquet)?;
+    // The footer is read once; every reader of the file reuses it.
+    let reader_metadata =
+        ArrowReaderMetadata::load(&file, Default::default()).map_err(not_parquet)?;
     // Read only the contract's columns.
-    let file_schema = builder.schema().clone();
+    let file_schema = reader_metadata.schema().clone();
     // Columns the pipeline does not read are left undecoded (and become nulls) when no
     // record-level rule needs their values.
     let wanted: Vec<usize> = ctx
@@ -346,15 +350,14 @@ fn decode_parquet(ctx: &ReadCtx<'_>, path: &Path) -> Result<Vec<RecordBatch>> {
             })
         })
         .collect();
-    let metadata = builder.metadata().clone();
+    let metadata = reader_metadata.metadata().clone();
     // Column sizes are per leaf column: only flat schemas (one leaf per field) split.
     let parallel = wanted.len() >= 2
         && metadata.file_metadata().schema_descr().num_columns() == file_schema.fields().len()
         && metadata.file_metadata().num_rows() >= PARALLEL_DECODE_ROWS
         && std::thread::available_parallelism().is_ok_and(|p| p.get() >= 2);
     if !parallel {
-        drop(builder);
-        return decode_parquet_columns(path, &wanted, ctx.batch_size);
+        return decode_parquet_columns(path, &reader_metadata, &wanted, ctx.batch_size);
     }
     // Split by uncompressed size, largest first onto the lighter set.
     let size = |c: usize| -> i64 {
@@ -372,14 +375,14 @@ fn decode_parquet(ctx: &ReadCtx<'_>, path: &Path) -> Result<Vec<RecordBatch>> {
         totals[lighter] += size(c);
         sets[lighter].push(c);
     }
-    drop(builder);
     for set in sets.iter_mut() {
         set.sort_unstable();
     }
     let batch_size = ctx.batch_size;
     let (first, second) = std::thread::scope(|scope| {
-        let other = scope.spawn(|| decode_parquet_columns(path, &sets[1], batch_size));
-        let first = decode_parquet_columns(path, &sets[0], batch_size);
+        let other =
+            scope.spawn(|| decode_parquet_columns(path, &reader_metadata, &sets[1], batch_size));
+        let first = decode_parquet_columns(path, &reader_metadata, &sets[0], batch_size);
         let second = other.join().unwrap_or_else(|_| {
             Err(Error::new(
                 &codes::RECORD_UNPARSABLE,
