@@ -12,13 +12,15 @@
 //! - [`plugin`]: source, sink, backend and transformation plugin traits, registered with
 //!   `inventory`;
 //! - [`streaming`] and [`guarantee`]: streaming semantics and delivery guarantees as data;
-//! - [`diagnostics`]: stable codes, rendered as text, JSON and SARIF.
+//! - [`diagnostics`]: stable codes, rendered as text, JSON and SARIF;
+//! - [`durable`]: atomic, durable file writes for checkpoints and connector logs.
 #![warn(missing_docs)]
 
 pub mod canonical;
 pub mod contract;
 pub mod data;
 pub mod diagnostics;
+pub mod durable;
 pub mod faults;
 pub mod guarantee;
 pub mod ir;

@@ -21,6 +21,17 @@ pub enum OnError {
     Fail,
 }
 
+impl OnError {
+    /// The quality-rule policy this setting stands for (the default of rules that point at
+    /// records).
+    pub fn as_policy(self) -> crate::contract::rules::Policy {
+        match self {
+            OnError::Quarantine => crate::contract::rules::Policy::Quarantine,
+            OnError::Fail => crate::contract::rules::Policy::Fail,
+        }
+    }
+}
+
 /// A profile document (`apiVersion: etlantic/v1`, `kind: Profile`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Profile {
@@ -68,6 +79,12 @@ pub struct Profile {
     /// and joins without one); ignored in batch runs.
     #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
     pub state_ttl: IndexMap<String, Duration>,
+    /// Quality-rule policies: rule id (`orders.amount.range`, see
+    /// [`crate::contract::rules`]) → `fail | drop | quarantine | warn`. Rules not listed
+    /// keep the policy their contract declares, else `on_error` (rules that point at
+    /// records) or `warn` (row counts, SQL measures).
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub quality_policies: IndexMap<String, crate::contract::rules::Policy>,
     /// Named secrets: name → reference (`${env:NAME}`). Values are resolved at run time only.
     #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
     pub secrets: IndexMap<String, String>,
@@ -113,6 +130,7 @@ impl Profile {
             require_guarantee: None,
             engines: IndexMap::new(),
             state_ttl: IndexMap::new(),
+            quality_policies: IndexMap::new(),
             secrets: IndexMap::new(),
             extensions: IndexMap::new(),
         }

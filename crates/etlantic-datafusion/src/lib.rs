@@ -2,12 +2,13 @@
 //!
 //! ETLantic's embedded engine on [Apache DataFusion](https://datafusion.apache.org).
 //!
-//! This crate holds the **batch engine** now: [`DataFusionBackend`], registered as the
-//! `datafusion` backend, runs batch regions — portable DTCS transform plans
-//! (`dtcs.transform-plan/2`, compiled to DataFusion logical plans), SQL steps, and
-//! registered engine-specific implementations. The **micro-batch streaming runtime**
-//! (triggers, watermarks, state store, checkpoints, stateful operators) will live here
-//! later and reuse the same plan compiler.
+//! - The **batch engine**: [`DataFusionBackend`], registered as the `datafusion` backend,
+//!   runs batch regions — portable DTCS transform plans (`dtcs.transform-plan/2`,
+//!   compiled to DataFusion logical plans), SQL steps, and registered engine-specific
+//!   implementations.
+//! - The **micro-batch streaming runtime** ([`streaming`]): triggers, watermarks, the
+//!   state store, checkpoints and the stateful operators, reusing the same plan compiler.
+//! - **Contract quality rules** evaluated on Arrow batches ([`quality`]).
 //!
 //! ## Semantics
 //!
@@ -32,6 +33,7 @@ pub mod capabilities;
 mod error;
 mod expr;
 mod plan;
+pub mod quality;
 mod relation;
 mod session;
 mod staged;

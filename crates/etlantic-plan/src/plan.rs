@@ -104,6 +104,9 @@ pub struct PlanProfile {
     /// update (processing time). Empty in batch plans.
     #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
     pub state_ttl: IndexMap<String, Duration>,
+    /// Quality-rule policies by rule id (see `etlantic_core::contract::rules`).
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub quality_policies: IndexMap<String, etlantic_core::contract::rules::Policy>,
 }
 
 /// A contract embedded in the plan.

@@ -680,9 +680,60 @@ impl<'a> Planner<'a> {
         }
     }
 
+    /// The contracts' quality rules must read (`ETL005`), every `quality_policies` entry
+    /// must name one with a policy it can have (`ETL222`), and rules ETLantic cannot
+    /// evaluate are listed (`ETL223`).
+    fn quality_rules(&mut self) {
+        use etlantic_core::contract::rules::{check_configured_policy, RuleSet};
+        let mut rules = Vec::new();
+        let contracts: Vec<(String, Arc<Contract>)> = self
+            .contracts
+            .iter()
+            .map(|(a, c)| (a.clone(), c.clone()))
+            .collect();
+        for (asset, c) in contracts {
+            match RuleSet::of(&c) {
+                Ok(set) => {
+                    for u in &set.unevaluated {
+                        self.push(
+                            Diagnostic::new(
+                                &codes::QUALITY_RULE_NOT_EVALUATED,
+                                format!(
+                                    "quality rule `{}` of `{asset}` is not evaluated: {}",
+                                    u.id, u.reason
+                                ),
+                            )
+                            .at(u.path.clone()),
+                        );
+                    }
+                    rules.extend(set.rules);
+                }
+                Err(e) => {
+                    for d in e.0 {
+                        self.push(d);
+                    }
+                }
+            }
+        }
+        let file = self.p.profile_file.clone().unwrap_or_default();
+        for (id, policy) in self.p.profile.quality_policies.clone() {
+            let rule = rules.iter().find(|r| r.id == id);
+            if let Err(e) = check_configured_policy(rule, &id, policy) {
+                for d in e.0 {
+                    self.push(
+                        Diagnostic::new(&codes::UNKNOWN_QUALITY_RULE, d.message)
+                            .at(format!("quality_policies.{id}"))
+                            .in_file(file.clone()),
+                    );
+                }
+            }
+        }
+    }
+
     // ------------------------------------------------------------------ semantic
 
     fn semantic(&mut self) {
+        self.quality_rules();
         let pl = self.p.pipeline.clone();
         for s in &pl.sources {
             let Some(c) = self.contracts.get(&s.asset) else {
@@ -1389,6 +1440,7 @@ impl<'a> Planner<'a> {
                 } else {
                     IndexMap::new()
                 },
+                quality_policies: prof.quality_policies.clone(),
             },
             assets,
             sources,

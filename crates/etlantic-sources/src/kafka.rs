@@ -682,6 +682,11 @@ impl KafkaSource {
 
 #[async_trait::async_trait]
 impl Source for KafkaSource {
+    fn checks_record_rules(&self) -> bool {
+        // The contract decoder checks them while it decodes, with each record's position.
+        true
+    }
+
     fn schema(&self) -> arrow::datatypes::SchemaRef {
         self.decoder.schema()
     }

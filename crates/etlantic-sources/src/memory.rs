@@ -174,6 +174,11 @@ fn parse(offset: &Offset) -> Result<u64> {
 
 #[async_trait::async_trait]
 impl Source for MemorySource {
+    fn checks_record_rules(&self) -> bool {
+        // Pushed batches are conformed to the contract, record rules included.
+        true
+    }
+
     fn schema(&self) -> SchemaRef {
         self.decoder.schema()
     }

@@ -477,6 +477,11 @@ impl SqlSource {
 
 #[async_trait::async_trait]
 impl Source for SqlSource {
+    fn checks_record_rules(&self) -> bool {
+        // The contract decoder checks them while it decodes, with each record's position.
+        true
+    }
+
     fn schema(&self) -> SchemaRef {
         self.decoder.schema()
     }

@@ -316,7 +316,7 @@ async fn killed_and_restarted(case: Case, points: &[&str], batches: &[u64]) {
     }
     assert_eq!(summary(&want), expected, "{case:?}: the uninterrupted run");
     let last = reference.progress().await.expect("a progress row");
-    assert!(last >= 11, "{case:?}: progress {last}");
+    assert!(last >= 6, "{case:?}: progress {last}");
     // A finished query restarted writes nothing.
     reference.run_ok();
     assert_eq!(reference.rows().await, want);
@@ -367,12 +367,12 @@ const POINTS: [&str; 5] = [
 
 #[tokio::test]
 async fn postgres_append_killed_at_every_step_loses_and_duplicates_nothing() {
-    killed_and_restarted(Case::PgAppend, &POINTS, &[0, 1, 4, 10, 11]).await;
+    killed_and_restarted(Case::PgAppend, &POINTS, &[0, 2, 3, 5, 6]).await;
 }
 
 #[tokio::test]
 async fn sqlite_append_killed_at_every_step_loses_and_duplicates_nothing() {
-    killed_and_restarted(Case::SqliteAppend, &POINTS, &[0, 1, 4, 10, 11]).await;
+    killed_and_restarted(Case::SqliteAppend, &POINTS, &[0, 2, 3, 5, 6]).await;
 }
 
 #[tokio::test]

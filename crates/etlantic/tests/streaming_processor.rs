@@ -6,18 +6,19 @@
 //! built-in session window; an unknown processor is `ETL220`.
 //!
 //! The stream: one JSON-lines file per micro-batch (`read_limit: {max_files: 1}`), a 10 s
-//! watermark, late rows quarantined, sessions with a 30 s gap. Every data batch moves the
-//! watermark, so micro-batches alternate data / no-data (0 d, 1 nd, ..., 10 d, 11 nd) and
-//! the no-data batches fire the session timers:
+//! watermark, late rows quarantined, sessions with a 30 s gap. The backlog's data batches
+//! run back to back (0–5), each judging lateness by the previous micro-batch's watermark
+//! and firing the timers its own watermark passed; no-data batch 6 fires the last timer:
 //!
-//! | file | rows | watermark after | sessions emitted (by the next no-data batch) |
+//! | batch | file rows | watermark in force | sessions emitted |
 //! |---|---|---|---|
-//! | 0 | u1 00:00, u1 00:10, u2 00:05 | 00:00 | |
-//! | 1 | u1 00:20, u2 00:50, u3 00:55 | 00:45 | u2 00:05–00:35 (1) |
-//! | 2 | u1 01:10, u3 00:30 (late) | 01:00 | u1 00:00–00:50 (3) |
-//! | 3 | u2 01:15 | 01:05 | |
-//! | 4 | u4 02:00 | 01:50 | u3 00:55–01:25 (1), u1 01:10–01:40 (1), u2 00:50–01:45 (2) |
-//! | 5 | u5 03:00 | 02:50 | u4 02:00–02:30 (1) |
+//! | 0 | u1 00:00, u1 00:10, u2 00:05 | – | |
+//! | 1 | u1 00:20, u2 00:50, u3 00:55 | 00:00 | |
+//! | 2 | u1 01:10 | 00:45 | u2 00:05–00:35 (1) |
+//! | 3 | u2 01:15, u3 00:30 (late: behind 00:45) | 01:00 | u1 00:00–00:50 (3) |
+//! | 4 | u4 02:00 | 01:05 | |
+//! | 5 | u5 03:00 | 01:50 | u3 00:55–01:25 (1), u1 01:10–01:40 (1), u2 00:50–01:45 (2) |
+//! | 6 | (no data) | 02:50 | u4 02:00–02:30 (1) |
 
 use arrow::array::Array;
 use serde_json::{json, Value};
@@ -135,8 +136,8 @@ fn input_files() -> Vec<(String, String)> {
             click("00:50", "u2"),
             click("00:55", "u3"),
         ],
-        vec![click("01:10", "u1"), click("00:30", "u3")],
-        vec![click("01:15", "u2")],
+        vec![click("01:10", "u1")],
+        vec![click("01:15", "u2"), click("00:30", "u3")],
         vec![click("02:00", "u4")],
         vec![click("03:00", "u5")],
     ];
@@ -147,7 +148,7 @@ fn input_files() -> Vec<(String, String)> {
         .collect()
 }
 
-const MICRO_BATCHES: u64 = 12;
+const MICRO_BATCHES: u64 = 7;
 
 fn project(dir: &Path) {
     for (path, text) in [
@@ -288,7 +289,7 @@ fn check_finished(dir: &Path, label: &str) {
     let q = quarantined(dir);
     assert_eq!(q.len(), 1, "{label}: the late u3 click, once: {q:?}");
     assert!(
-        q[0].contains("ETL708") && q[0].contains("\"batch\":4"),
+        q[0].contains("ETL708") && q[0].contains("\"batch\":3"),
         "{label}: {q:?}"
     );
     let chk = dir.join("chk");
@@ -338,13 +339,15 @@ fn the_example_processor_runs_from_yaml_and_summarises_sessions() {
     check_finished(dir, "uninterrupted");
     let p = progress(dir);
     let kinds: Vec<&str> = p.iter().map(|r| r["kind"].as_str().unwrap()).collect();
-    assert_eq!(kinds, ["data", "no_data"].repeat(6));
-    let op = &p[9]["stateOperators"][0];
+    let mut expected_kinds = ["data"].repeat(6);
+    expected_kinds.push("no_data");
+    assert_eq!(kinds, expected_kinds);
+    let op = &p[5]["stateOperators"][0];
     assert_eq!(op["operatorName"], json!("transformWithStateExec"));
     assert_eq!(op["customMetrics"]["numExpiredTimers"], json!(3));
     assert_eq!(op["customMetrics"]["numListStateVars"], json!(1));
     assert_eq!(
-        p[4]["stateOperators"][0]["numRowsDroppedByWatermark"],
+        p[3]["stateOperators"][0]["numRowsDroppedByWatermark"],
         json!(1)
     );
     // A restart of the finished query does nothing.
@@ -359,10 +362,10 @@ fn the_example_processor_runs_from_yaml_and_summarises_sessions() {
 
 #[test]
 fn killed_at_every_step_the_restarted_processor_query_loses_and_duplicates_nothing() {
-    // 0: the first data batch; 3: the no-data batch that fires u2's timer; 4: the batch
-    // with the late row; 9: the no-data batch that fires three timers; 11: the last.
+    // 0: the first data batch; 2: the batch that fires u2's timer; 3: the batch with the
+    // late row; 5: the batch that fires three timers; 6: the last (no-data) batch.
     for point in ["after_offsets", "after_sink", "after_state", "after_commit"] {
-        for batch in [0u64, 3, 4, 9, 11] {
+        for batch in [0u64, 2, 3, 5, 6] {
             let label = format!("{point}:{batch}");
             let tmp = tempfile::tempdir().unwrap();
             let dir = tmp.path();

@@ -59,7 +59,7 @@ bindings:
 quarantine: file://out/quarantine.jsonl
 "#;
 
-const MICRO_BATCHES: u64 = 12;
+const MICRO_BATCHES: u64 = 7;
 
 fn project(dir: &Path) {
     for (path, text) in [
@@ -197,7 +197,7 @@ fn check_finished(dir: &Path, reference: &Reference, label: &str) {
     assert!(!chk.join("offsets").join(MICRO_BATCHES.to_string()).exists());
     // State versions N+1 for the last ten batches (older ones are pruned).
     let state = state_dir(dir).expect("state snapshots");
-    for n in MICRO_BATCHES - 10..MICRO_BATCHES {
+    for n in MICRO_BATCHES.saturating_sub(10)..MICRO_BATCHES {
         assert!(
             state.join(format!("{}.arrow", n + 1)).exists(),
             "{label}: state version {} of batch {n}",
@@ -250,16 +250,20 @@ fn reference() -> Reference {
     assert_eq!(seen[0].2, json!(0));
     assert_eq!(seen[1].0, "ETL702");
     assert_eq!(seen[1].1["file"], json!("in/002.jsonl"));
-    assert_eq!(seen[1].1["line"], json!(3));
-    assert_eq!(seen[1].2, json!(4));
+    assert_eq!(seen[1].1["line"], json!(2));
+    assert_eq!(seen[1].2, json!(2));
     assert_eq!(seen[2].0, "ETL708", "the late 00:30 click");
-    assert_eq!(seen[2].2, json!(4));
+    assert_eq!(seen[2].2, json!(3));
     let (offsets, files) = offsets_and_files(dir);
     let kinds: Vec<&str> = offsets
         .values()
         .map(|v| v["kind"].as_str().unwrap())
         .collect();
-    assert_eq!(kinds, ["data", "no_data"].repeat(6));
+    // A backlog runs its data batches back to back (each evicts with the watermark the
+    // previous one advanced, as Spark does); one no-data batch closes the run.
+    let mut expected_kinds = ["data"].repeat(6);
+    expected_kinds.push("no_data");
+    assert_eq!(kinds, expected_kinds);
     let expected_files: BTreeMap<String, Vec<String>> = (0..6)
         .map(|i| (i.to_string(), vec![format!("{i:03}.jsonl")]))
         .collect();
@@ -277,9 +281,9 @@ fn reference() -> Reference {
 #[test]
 fn killed_at_every_step_the_restarted_query_loses_and_duplicates_nothing() {
     let reference = reference();
-    // 0: first data batch (with a malformed line), 1: a no-data batch that emits a
-    // window, 4: the data batch with the late row and a bad record, 10: the last data
-    // batch, 11: the last (no-data) batch.
+    // 0: first data batch (with a malformed line), 2: the first batch that emits a
+    // window (and has a bad record), 3: the data batch with the late row, 5: the last data
+    // batch, 6: the last (no-data) batch.
     for point in [
         "after_offsets",
         "in_sink",
@@ -287,7 +291,7 @@ fn killed_at_every_step_the_restarted_query_loses_and_duplicates_nothing() {
         "after_state",
         "after_commit",
     ] {
-        for batch in [0u64, 1, 4, 10, 11] {
+        for batch in [0u64, 2, 3, 5, 6] {
             let label = format!("{point}:{batch}");
             let tmp = tempfile::tempdir().unwrap();
             let dir = tmp.path();
@@ -325,9 +329,9 @@ fn killed_at_every_step_the_restarted_query_loses_and_duplicates_nothing() {
                 "{label}: sink log"
             );
             match point {
-                "after_offsets" | "in_sink" | "after_sink" => {
-                    assert!(!state_n.exists() && !commit_n.exists(), "{label}")
-                }
+                "after_offsets" => assert!(!state_n.exists() && !commit_n.exists(), "{label}"),
+                // The state snapshot is written while the sinks write: it may be there.
+                "in_sink" | "after_sink" => assert!(!commit_n.exists(), "{label}"),
                 "after_state" => assert!(state_n.exists() && !commit_n.exists(), "{label}"),
                 _ => assert!(commit_n.exists(), "{label}"),
             }

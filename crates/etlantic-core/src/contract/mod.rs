@@ -1,6 +1,7 @@
 //! ODCS v3 data contracts: loading and checking them with the `odcs` crate, and the Arrow
 //! view of their schema ([`types`] is the one place where ODCS types map to Arrow).
 
+pub mod rules;
 pub mod types;
 
 use crate::diagnostics::{codes, Diagnostic, Diagnostics, Error, Result};

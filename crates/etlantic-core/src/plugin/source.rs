@@ -143,6 +143,16 @@ pub trait Source: Send + Sync {
     /// change. The default ignores the hint.
     fn read_only(&mut self, _columns: &[String]) {}
 
+    /// Whether the source itself rejects records that break the record rules of its
+    /// contract (`logicalTypeOptions` ranges, lengths and patterns), naming each record's
+    /// position (file and line, partition and offset). When `true`, the runtime leaves
+    /// those rules out of the source's quality gate; when `false` (the default), the gate
+    /// evaluates them on the decoded batches, so a source that does not check them loses
+    /// nothing.
+    fn checks_record_rules(&self) -> bool {
+        false
+    }
+
     /// Human-readable description of an offset for progress records (defaults to JSON).
     fn describe_offset(&self, offset: &Offset) -> serde_json::Value {
         offset.0.clone()

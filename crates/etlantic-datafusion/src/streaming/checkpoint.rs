@@ -19,6 +19,7 @@ use arrow::array::RecordBatch;
 use arrow::ipc::reader::FileReader;
 use arrow::ipc::writer::FileWriter;
 use etlantic_core::diagnostics::{codes, Diagnostic, Error, Result};
+use etlantic_core::durable::write_atomic;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -39,29 +40,6 @@ fn corrupt(path: &Path, e: impl std::fmt::Display) -> Error {
         &codes::CHECKPOINT_CORRUPT,
         format!("checkpoint file {} is unreadable: {e}", path.display()),
     ))
-}
-
-/// Writes `bytes` to `path` atomically (temp file, fsync, rename, fsync of the directory).
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path
-        .parent()
-        .ok_or_else(|| io_err(path, "no parent directory"))?;
-    fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
-        std::process::id()
-    ));
-    {
-        let mut f = File::create(&tmp).map_err(|e| io_err(&tmp, e))?;
-        f.write_all(bytes).map_err(|e| io_err(&tmp, e))?;
-        f.sync_all().map_err(|e| io_err(&tmp, e))?;
-    }
-    fs::rename(&tmp, path).map_err(|e| io_err(path, e))?;
-    if let Ok(d) = File::open(dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
 }
 
 /// The `metadata` file.
@@ -228,44 +206,23 @@ impl Checkpoint {
         self.root.join("sources").join(n.to_string())
     }
 
-    fn state_path(&self, op: &str, version: u64) -> PathBuf {
-        self.root
-            .join("state")
-            .join(op)
-            .join(format!("{version}.arrow"))
+    /// The operator state files, as a handle that can be moved to another thread (the
+    /// runtime writes the snapshots while the sinks write).
+    pub fn state_files(&self) -> StateFiles {
+        StateFiles {
+            root: self.root.join("state"),
+        }
     }
 
     /// Writes an operator's state snapshot for `version` (the state after batch
     /// `version - 1`).
     pub fn write_state(&self, op: &str, version: u64, state: &RecordBatch) -> Result<()> {
-        let mut buf = Vec::new();
-        {
-            let mut w = FileWriter::try_new(&mut buf, &state.schema())
-                .map_err(|e| io_err(&self.root, e))?;
-            w.write(state).map_err(|e| io_err(&self.root, e))?;
-            w.finish().map_err(|e| io_err(&self.root, e))?;
-        }
-        write_atomic(&self.state_path(op, version), &buf)?;
-        // Keep a few versions for inspection; older ones are never read again.
-        if version > 10 {
-            let _ = fs::remove_file(self.state_path(op, version - 10));
-        }
-        Ok(())
+        self.state_files().write(op, version, state)
     }
 
     /// Reads an operator's state snapshot for `version`.
     pub fn read_state(&self, op: &str, version: u64) -> Result<Option<RecordBatch>> {
-        let path = self.state_path(op, version);
-        let file = match File::open(&path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(io_err(&path, e)),
-        };
-        let mut reader = FileReader::try_new(file, None).map_err(|e| corrupt(&path, e))?;
-        match reader.next() {
-            Some(b) => Ok(Some(b.map_err(|e| corrupt(&path, e))?)),
-            None => Err(corrupt(&path, "no record batch")),
-        }
+        self.state_files().read(op, version)
     }
 
     /// Appends a progress record to `progress.jsonl`.
@@ -279,6 +236,51 @@ impl Checkpoint {
         let mut line = serde_json::to_vec(progress).expect("progress serialises");
         line.push(b'\n');
         f.write_all(&line).map_err(|e| io_err(&path, e))
+    }
+}
+
+/// The `state/` directory: one Arrow IPC file per operator and version
+/// (`state/<op>/<version>.arrow`).
+#[derive(Clone, Debug)]
+pub struct StateFiles {
+    root: PathBuf,
+}
+
+impl StateFiles {
+    fn path(&self, op: &str, version: u64) -> PathBuf {
+        self.root.join(op).join(format!("{version}.arrow"))
+    }
+
+    /// Writes an operator's snapshot for `version` atomically and durably; keeps the ten
+    /// versions before it for inspection and removes older ones (never read again).
+    pub fn write(&self, op: &str, version: u64, state: &RecordBatch) -> Result<()> {
+        let mut buf = Vec::new();
+        {
+            let mut w = FileWriter::try_new(&mut buf, &state.schema())
+                .map_err(|e| io_err(&self.root, e))?;
+            w.write(state).map_err(|e| io_err(&self.root, e))?;
+            w.finish().map_err(|e| io_err(&self.root, e))?;
+        }
+        write_atomic(&self.path(op, version), &buf)?;
+        if version > 10 {
+            let _ = fs::remove_file(self.path(op, version - 10));
+        }
+        Ok(())
+    }
+
+    /// Reads an operator's snapshot for `version` (`None` when there is none).
+    pub fn read(&self, op: &str, version: u64) -> Result<Option<RecordBatch>> {
+        let path = self.path(op, version);
+        let file = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_err(&path, e)),
+        };
+        let mut reader = FileReader::try_new(file, None).map_err(|e| corrupt(&path, e))?;
+        match reader.next() {
+            Some(b) => Ok(Some(b.map_err(|e| corrupt(&path, e))?)),
+            None => Err(corrupt(&path, "no record batch")),
+        }
     }
 }
 

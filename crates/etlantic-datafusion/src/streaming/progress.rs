@@ -227,3 +227,18 @@ pub fn attach_custom_metrics(record: &mut Value, metrics: &CustomMetrics) {
         }
     }
 }
+
+/// The progress record's `quality` member: one entry per asset and rule, with the policy,
+/// the offending rows, the measure, whether the rule failed, and the rows it removed.
+pub fn quality_json(counts: &[(String, crate::quality::RuleCount)]) -> Value {
+    Value::Array(
+        counts
+            .iter()
+            .map(|(asset, c)| {
+                let mut v = serde_json::to_value(c).expect("rule counts serialise");
+                v["asset"] = json!(asset);
+                v
+            })
+            .collect(),
+    )
+}

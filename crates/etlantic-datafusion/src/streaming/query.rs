@@ -27,10 +27,12 @@ use super::program::{
 use super::progress::{ProgressBuilder, SourceProgress, StateProgress};
 use super::static_source::StaticSource;
 use super::watermark::WatermarkTracker;
+use crate::quality::{QualityGate, RuleCount};
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use chrono::Utc;
 use etlantic_core::canonical;
+use etlantic_core::contract::rules::RuleSet;
 use etlantic_core::data::{Offset, RejectedRecord, SourcePosition, Table};
 use etlantic_core::diagnostics::{codes, Diagnostic, Diagnostics, Error, Result};
 use etlantic_core::plugin::{
@@ -96,7 +98,8 @@ impl StreamingOptions {
 pub enum FailPoint {
     /// After `offsets/N` is written.
     AfterOffsets,
-    /// After the first sink wrote, before the others (and before the state).
+    /// After the first sink wrote, before the others (the state snapshot may be written:
+    /// it is written while the sinks write).
     AfterSink,
     /// After the state snapshot, before `commits/N`.
     AfterState,
@@ -118,6 +121,27 @@ fn fail_point() -> Option<(FailPoint, u64)> {
     Some((point, n))
 }
 
+/// The quality gate of `asset`'s contract (see [`crate::quality`]), with the profile's
+/// policies.
+fn quality_gate(
+    plan: &PipelinePlan,
+    asset: &str,
+    schema: SchemaRef,
+    decoded: bool,
+) -> Result<Option<QualityGate>> {
+    let contract = plan.asset_contract(asset)?;
+    let rules = RuleSet::of(&contract)?;
+    QualityGate::new(
+        asset,
+        &contract.object,
+        &rules,
+        schema,
+        &plan.profile.quality_policies,
+        plan.profile.on_error.as_policy(),
+        decoded,
+    )
+}
+
 struct SourceRt {
     id: String,
     asset: String,
@@ -125,6 +149,8 @@ struct SourceRt {
     limit: ReadLimit,
     position: Option<Offset>,
     info: SourceInfo,
+    /// The source contract's batch-level quality rules (record rules are the decoder's).
+    gate: Option<QualityGate>,
 }
 
 struct SinkRt {
@@ -135,6 +161,8 @@ struct SinkRt {
     output_mode: OutputMode,
     schema: SchemaRef,
     description: String,
+    /// The sink contract's quality rules, checked before the sink publishes.
+    gate: Option<QualityGate>,
 }
 
 /// Counters of one micro-batch.
@@ -148,6 +176,8 @@ struct BatchStats {
     event_max_us: Option<i64>,
     event_sum: i128,
     event_count: u64,
+    /// Quality rule outcomes: (asset, outcome).
+    quality: Vec<(String, RuleCount)>,
 }
 
 /// A running streaming query.
@@ -371,7 +401,13 @@ impl StreamingQuery {
                 state_dir: Some(checkpoint.source_dir(n)),
             })?;
             let mut source = source;
-            if let Some(columns) = columns_read(plan, s)? {
+            let gate = quality_gate(
+                plan,
+                &s.asset,
+                source.schema(),
+                source.checks_record_rules(),
+            )?;
+            if let Some(columns) = columns_read(plan, s)?.filter(|_| gate.is_none()) {
                 source.read_only(&columns);
             }
             let event_time = s
@@ -392,6 +428,7 @@ impl StreamingQuery {
                     late: s.late_events.clone(),
                     is_static: false,
                 },
+                gate,
             });
         }
         // Sinks.
@@ -423,6 +460,7 @@ impl StreamingQuery {
                 output_mode: s.output_mode,
                 schema: contract.arrow_schema(),
                 description: etlantic_core::uri::redact(&binding),
+                gate: quality_gate(plan, &s.asset, contract.arrow_schema(), false)?,
             });
         }
         let side_sinks: HashMap<String, usize> = sources
@@ -749,18 +787,10 @@ impl StreamingQuery {
             self.execute(entry, true).await?;
             return Ok(true);
         }
-        if self.needs_no_data {
-            self.needs_no_data = false;
-            let entry = self.entry("no_data", |s| {
-                (
-                    s.position.clone().map(|o| o.0),
-                    s.position.clone().map(|o| o.0),
-                )
-            });
-            self.execute(entry, false).await?;
-            return Ok(true);
-        }
-        // New data?
+        // New data? Like Spark (`MicroBatchExecution.constructNextBatch`), new data comes
+        // first: a batch owed for a watermark advance runs as this data batch, which
+        // evicts with the advanced watermark, so a backlog runs data batches back to back
+        // and a no-data batch runs only when the sources have nothing new.
         let started = Instant::now();
         let mut ranges = BTreeMap::new();
         let mut any = false;
@@ -780,9 +810,11 @@ impl StreamingQuery {
             );
         }
         if !any {
-            // Timers that are due without new input — a processing-time timer the clock
-            // passed, an event-time timer at or behind the watermark — run a no-data batch.
-            if self.plan.profile.no_data_batches && self.has_due_work() {
+            // A watermark advance owes a no-data batch that emits and evicts what it
+            // finalised; so do timers that are due without new input — a processing-time
+            // timer the clock passed, an event-time timer at or behind the watermark.
+            let owed = std::mem::take(&mut self.needs_no_data);
+            if owed || (self.plan.profile.no_data_batches && self.has_due_work()) {
                 let entry = self.entry("no_data", |s| {
                     (
                         s.position.clone().map(|o| o.0),
@@ -795,6 +827,7 @@ impl StreamingQuery {
             return Ok(false);
         }
         let _latest_ms = started.elapsed();
+        self.needs_no_data = false;
         let entry = OffsetEntry {
             batch_watermark_ms: self.watermark.current_ms(),
             late_watermark_ms: self.prev_watermark_ms,
@@ -883,6 +916,8 @@ impl StreamingQuery {
         let mut stats = BatchStats::default();
         let mut relations: HashMap<String, Table> = HashMap::new();
         let mut rejected: Vec<RejectedRecord> = Vec::new();
+        // Records a quality rule's `quarantine` policy took out (not subject to on_error).
+        let mut ruled_out: Vec<RejectedRecord> = Vec::new();
         let no_data = entry.kind == "no_data";
         for s in self.sources.iter_mut() {
             let range = entry.sources.get(&s.id).cloned().unwrap_or(SourceRange {
@@ -901,6 +936,25 @@ impl StreamingQuery {
             };
             let rows = table.num_rows() as u64;
             stats.input_rows.insert(s.id.clone(), rows);
+            // Batch-level quality rules of the source contract, on what this batch read.
+            let table = match &s.gate {
+                Some(gate) if rows > 0 => {
+                    let asset = s.asset.clone();
+                    let out = gate
+                        .apply(table, &|row| SourcePosition {
+                            asset: asset.clone(),
+                            row: Some(row as u64),
+                            ..SourcePosition::default()
+                        })
+                        .await?;
+                    ruled_out.extend(out.quarantined);
+                    stats
+                        .quality
+                        .extend(out.counts.into_iter().map(|c| (s.asset.clone(), c)));
+                    out.table
+                }
+                _ => table,
+            };
             if let Some(col) = &s.info.event_time {
                 for b in &table.batches {
                     if let Some(c) = b.column_by_name(col) {
@@ -934,7 +988,10 @@ impl StreamingQuery {
             HashMap::new()
         };
         if !rejected.is_empty() {
-            self.quarantine(&rejected, batch_id, &mut already_quarantined)?;
+            self.quarantine(&rejected, batch_id, &mut already_quarantined, true)?;
+        }
+        if !ruled_out.is_empty() {
+            self.quarantine(&ruled_out, batch_id, &mut already_quarantined, false)?;
         }
 
         // Transform.
@@ -1065,7 +1122,7 @@ impl StreamingQuery {
                 LatePolicy::Drop | LatePolicy::Accept => {}
                 LatePolicy::Quarantine => {
                     let records = late_records(&late, &sources, entry.late_watermark_ms)?;
-                    self.quarantine(&records, batch_id, &mut already_quarantined)?;
+                    self.quarantine(&records, batch_id, &mut already_quarantined, true)?;
                 }
                 LatePolicy::SideOutput { sink } => {
                     if let Some(&i) = self.side_sinks.get(&sink) {
@@ -1075,10 +1132,34 @@ impl StreamingQuery {
             }
         }
 
+        // The state snapshots are written while the sinks write: both must be durable
+        // before `commits/N` and neither depends on the other, so their fsyncs overlap.
+        // A crash before the commit leaves a snapshot of an uncommitted batch, which the
+        // restart overwrites when it re-runs the batch.
+        let version = batch_id + 1;
+        let mut snapshots = Vec::new();
+        for t in self.transforms.iter() {
+            for u in &t.units {
+                if let Unit::Stateful(s) = u {
+                    snapshots.push((s.id.clone(), s.op.snapshot()?));
+                }
+            }
+        }
+        let state_write = (!snapshots.is_empty()).then(|| {
+            let files = self.checkpoint.state_files();
+            tokio::task::spawn_blocking(move || -> Result<()> {
+                for (id, snapshot) in &snapshots {
+                    files.write(id, version, snapshot)?;
+                }
+                Ok(())
+            })
+        });
+
         // Sinks.
         let t_sink = Instant::now();
         let mut sink_rows = 0u64;
         let fail_after_first_sink = self.fail == Some((FailPoint::AfterSink, batch_id));
+        let mut sink_ruled_out: Vec<RejectedRecord> = Vec::new();
         for (i, s) in self.sinks.iter_mut().enumerate() {
             let is_side = self.side_sinks.values().any(|v| *v == i);
             let table = match side.remove(&i) {
@@ -1101,7 +1182,22 @@ impl StreamingQuery {
                     }
                 },
             };
-            let table = table.conform_to(&s.schema)?;
+            let mut table = table.conform_to(&s.schema)?;
+            if let (Some(gate), false) = (&s.gate, is_side) {
+                let asset = s.asset.clone();
+                let out = gate
+                    .apply(table, &|row| SourcePosition {
+                        asset: asset.clone(),
+                        row: Some(row as u64),
+                        ..SourcePosition::default()
+                    })
+                    .await?;
+                sink_ruled_out.extend(out.quarantined);
+                stats
+                    .quality
+                    .extend(out.counts.into_iter().map(|c| (s.asset.clone(), c)));
+                table = out.table;
+            }
             let outcome = s
                 .sink
                 .write(SinkBatch {
@@ -1128,19 +1224,21 @@ impl StreamingQuery {
             }
         }
         stats.output_rows = sink_rows;
+        if !sink_ruled_out.is_empty() {
+            self.quarantine(&sink_ruled_out, batch_id, &mut already_quarantined, false)?;
+        }
         progress.duration("addBatch", t_exec.elapsed());
         let _ = t_sink;
 
         // State, watermark, commit.
         let t_commit = Instant::now();
-        let version = batch_id + 1;
-        let cp = &self.checkpoint;
-        for t in self.transforms.iter() {
-            for u in &t.units {
-                if let Unit::Stateful(s) = u {
-                    cp.write_state(&s.id, version, &s.op.snapshot()?)?;
-                }
-            }
+        if let Some(write) = state_write {
+            write.await.map_err(|e| {
+                Error::new(
+                    &codes::ENGINE_ERROR,
+                    format!("writing the state of batch {batch_id} failed: {e}"),
+                )
+            })??;
         }
         self.maybe_fail(FailPoint::AfterState, batch_id);
         let batch_watermark = entry.batch_watermark_ms;
@@ -1202,6 +1300,9 @@ impl StreamingQuery {
                 .then(|| self.watermark.current_ms()),
         );
         super::progress::attach_custom_metrics(&mut value, &custom);
+        if !stats.quality.is_empty() {
+            value["quality"] = super::progress::quality_json(&stats.quality);
+        }
         self.checkpoint.append_progress(&value)?;
         if let Some(l) = &self.opts.on_progress {
             l(&value);
@@ -1239,16 +1340,21 @@ impl StreamingQuery {
         Ok(out)
     }
 
+    /// Writes `records` to the quarantine output, skipping what a crashed attempt of the
+    /// batch already wrote. With `follow_on_error`, records that break their contract stop
+    /// the query instead when `on_error` is `fail` (records a quality rule's `quarantine`
+    /// policy routed here are written either way).
     fn quarantine(
         &mut self,
         records: &[RejectedRecord],
         batch_id: u64,
         already: &mut HashMap<String, usize>,
+        follow_on_error: bool,
     ) -> Result<()> {
         // `on_error: fail` is about records that break their contract; late events go to
         // the quarantine because their own policy says so.
         let contract_breaks = records.iter().any(|r| r.code != codes::LATE_EVENT.code);
-        if contract_breaks && self.plan.profile.on_error == OnError::Fail {
+        if follow_on_error && contract_breaks && self.plan.profile.on_error == OnError::Fail {
             let mut d = Diagnostics::new();
             d.push(Diagnostic::new(
                 &codes::BAD_RECORDS_FAIL,

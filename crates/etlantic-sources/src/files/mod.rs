@@ -603,6 +603,11 @@ impl FileSource {
 
 #[async_trait::async_trait]
 impl Source for FileSource {
+    fn checks_record_rules(&self) -> bool {
+        // The contract decoder checks them while it decodes, with each record's position.
+        true
+    }
+
     fn schema(&self) -> arrow::datatypes::SchemaRef {
         self.decoder.schema()
     }

@@ -53,8 +53,11 @@ pub fn click(mmss: &str, campaign: &str, user: &str) -> String {
     format!(r#"{{"ts": "2024-01-01T00:{mmss}Z", "campaign": "{campaign}", "user": "{user}"}}"#)
 }
 
-/// The input files. File 0 line 4 does not parse; file 2 line 2 is late (00:30 when the
-/// watermark is 01:05) and line 3 has a bad timestamp.
+/// The input files, one per data micro-batch (batches 0–5; batch 6 is the last no-data
+/// batch). File 0 line 4 does not parse; file 2 line 2 has a bad timestamp; file 3 line 3
+/// is late: batch 3 judges lateness by the watermark of batch 2 (01:05), and the row's
+/// window [00:00, 01:00) ends before it. The first window closes in batch 2, whose
+/// watermark is 01:05.
 pub fn input_files() -> Vec<(String, String)> {
     let files = [
         vec![
@@ -66,10 +69,13 @@ pub fn input_files() -> Vec<(String, String)> {
         vec![click("01:05", "c1", "u1"), click("01:15", "c2", "u4")],
         vec![
             click("01:30", "c1", "u5"),
-            click("00:30", "c1", "u6"),
             r#"{"ts": "yesterday", "campaign": "c1", "user": "u7"}"#.to_string(),
         ],
-        vec![click("02:20", "c2", "u1"), click("02:40", "c3", "u2")],
+        vec![
+            click("02:20", "c2", "u1"),
+            click("02:40", "c3", "u2"),
+            click("00:30", "c1", "u6"),
+        ],
         vec![click("03:10", "c3", "u3")],
         vec![click("05:00", "c1", "u4")],
     ];
