@@ -26,6 +26,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod dlq;
 pub mod emit;
 pub mod generate;
 pub mod processors;

@@ -56,6 +56,32 @@ struct Target {
 }
 
 #[derive(Subcommand)]
+enum DlqCommand {
+    /// Count quarantined records by query, micro-batch, code and quality rule.
+    List {
+        #[command(flatten)]
+        target: Target,
+        /// Output format (`json` prints the groups as JSON).
+        #[arg(long, value_enum, default_value = "human")]
+        format: Format,
+    },
+    /// Print quarantined records as JSON lines, optionally filtered.
+    Show {
+        #[command(flatten)]
+        target: Target,
+        /// Only records with this code (e.g. ETL704).
+        #[arg(long)]
+        code: Option<String>,
+        /// Only records a quality rule with this id quarantined.
+        #[arg(long)]
+        rule: Option<String>,
+        /// Only records of this micro-batch.
+        #[arg(long)]
+        batch: Option<u64>,
+    },
+}
+
+#[derive(Subcommand)]
 enum Command {
     /// Scaffold an example project (pipeline, ODCS contracts, a profile, sample data).
     Init {
@@ -114,6 +140,11 @@ enum Command {
         /// resumes from its checkpoint next time). Ctrl-C also stops after the current one.
         #[arg(long)]
         max_batches: Option<u64>,
+    },
+    /// Inspect the quarantine (dead-letter) output the profile names.
+    Dlq {
+        #[command(subcommand)]
+        command: DlqCommand,
     },
     /// Compare two plans (each a saved plan .json or a pipeline .yaml planned with --profile).
     Diff {
@@ -324,6 +355,41 @@ fn main() {
                 },
             };
             run_plan(&p, &project_root, format, max_batches)
+        }
+        Command::Dlq { command } => {
+            let (target, format) = match &command {
+                DlqCommand::List { target, format } => (target, *format),
+                DlqCommand::Show { target, .. } => (target, Format::Human),
+            };
+            let lines = Project::load(&target.pipeline, target.profile.as_deref())
+                .and_then(|p| etlantic::dlq::quarantine_file(&p))
+                .and_then(|f| etlantic::dlq::read(&f));
+            match (lines, command) {
+                (Err(e), _) => fail(&e, format),
+                (Ok(lines), DlqCommand::List { .. }) => {
+                    let groups = etlantic::dlq::summarise(&lines);
+                    match format {
+                        Format::Human => print!("{}", etlantic::dlq::render_summary(&groups)),
+                        _ => println!(
+                            "{}",
+                            serde_json::to_string_pretty(&groups).expect("serialises")
+                        ),
+                    }
+                    exit::OK
+                }
+                (
+                    Ok(lines),
+                    DlqCommand::Show {
+                        code, rule, batch, ..
+                    },
+                ) => {
+                    let filter = etlantic::dlq::Filter { code, rule, batch };
+                    for l in etlantic::dlq::select(&lines, &filter) {
+                        println!("{l}");
+                    }
+                    exit::OK
+                }
+            }
         }
         Command::Diff {
             old,

@@ -281,3 +281,42 @@ fn a_file_of_only_bad_records_writes_an_empty_result() {
     );
     assert_eq!(quarantined(&p).len(), 2);
 }
+
+#[test]
+fn dlq_list_counts_and_dlq_show_filters_the_quarantine() {
+    let p = project_with("data/orders.jsonl", JSONL, "file://data/orders.jsonl");
+    // Before any run the quarantine is empty, not an error.
+    let r = p.run(&["dlq", "list"]);
+    r.ok();
+    assert!(r.stdout.ends_with("0 record(s)\n"), "{}", r.stdout);
+    p.run(&["run", "--format", "json"]).ok();
+    let r = p.run(&["dlq", "list", "--format", "json"]);
+    r.ok();
+    let groups = r.stdout_json();
+    let by_code: Vec<(String, u64)> = groups
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            (
+                g["code"].as_str().unwrap().to_string(),
+                g["records"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        by_code,
+        [("ETL701", 2), ("ETL702", 1), ("ETL703", 2), ("ETL704", 1)]
+            .map(|(c, n)| (c.to_string(), n))
+    );
+    let r = p.run(&["dlq", "show", "--code", "ETL701"]);
+    r.ok();
+    let shown: Vec<Value> = r
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(shown.len(), 2);
+    assert!(shown.iter().all(|l| l["code"] == "ETL701"));
+    assert_eq!(shown[0]["position"]["line"], 5);
+}
