@@ -132,7 +132,7 @@ catalogue! {
         "Name a transformation with an aggregation, a deduplication, a join or a `process` step (or one of its operators, `<transformation>.<step>`).");
     UNKNOWN_QUALITY_RULE = ("ETL222", "unknown-quality-rule", Reference, Error,
         "`quality_policies` in the profile names a quality rule no contract of the pipeline has, or gives a rule a policy it cannot have.",
-        "Use the rule ids `etlantic explain` lists (`<object>.<field>.range`, `<object>.<id>`, ...); `rowCount` and `sql` rules take `fail` or `warn` only.");
+        "Rule ids are `<object>.<field>.range|length|pattern|unique` or `<object>[.<field>].<id or name>` (docs/streaming.md, Contract quality rules); `rowCount` and `sql` rules take `fail` or `warn` only.");
     QUALITY_RULE_NOT_EVALUATED = ("ETL223", "quality-rule-not-evaluated", Reference, Warning,
         "A quality rule of a contract is not evaluated by ETLantic (a `text` rule, a `custom` rule for another engine, an unknown metric).",
         "It is listed so that nothing is skipped silently; check it elsewhere, or express it as a library metric or a `sql` rule.");
