@@ -169,3 +169,19 @@ pub struct RejectedRecord {
     /// The raw record as read (a text line, or the row rendered as JSON).
     pub raw: String,
 }
+
+/// Row `row` of `batch` rendered as one JSON object (nulls explicit): how a record that
+/// was decoded before it was rejected is kept as its `raw` text. Empty if the row cannot
+/// be rendered.
+pub fn row_as_json(batch: &RecordBatch, row: usize) -> String {
+    let slice = batch.slice(row, 1);
+    let mut writer = arrow::json::WriterBuilder::new()
+        .with_explicit_nulls(true)
+        .build::<_, arrow::json::writer::LineDelimited>(Vec::new());
+    if writer.write(&slice).and_then(|_| writer.finish()).is_err() {
+        return String::new();
+    }
+    String::from_utf8_lossy(&writer.into_inner())
+        .trim_end()
+        .to_string()
+}

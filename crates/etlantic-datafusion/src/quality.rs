@@ -25,7 +25,7 @@ use arrow::compute::kernels::cmp;
 use arrow::datatypes::{DataType, Float64Type, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 use etlantic_core::contract::rules::{Check, MeasureUnit, Policy, Rule, RuleSet, Scope};
-use etlantic_core::data::{RejectedRecord, SourcePosition, Table};
+use etlantic_core::data::{row_as_json, RejectedRecord, SourcePosition, Table};
 use etlantic_core::diagnostics::{codes, Diagnostic, Diagnostics, Error, Result};
 use indexmap::IndexMap;
 use serde::Serialize;
@@ -182,6 +182,23 @@ impl QualityGate {
             schema,
             rules: compiled,
         }))
+    }
+
+    /// The asset whose contract the gate checks.
+    pub fn asset(&self) -> &str {
+        &self.asset
+    }
+
+    /// [`QualityGate::apply`] where a row's position is its index in `table`, under the
+    /// gate's asset (for data whose source positions are no longer known).
+    pub async fn apply_by_row(&self, table: Table) -> Result<GateOutcome> {
+        let asset = self.asset.clone();
+        self.apply(table, &|row| SourcePosition {
+            asset: asset.clone(),
+            row: Some(row as u64),
+            ..SourcePosition::default()
+        })
+        .await
     }
 
     /// The rule ids with their policies, in evaluation order.
@@ -353,7 +370,7 @@ impl QualityGate {
             reason: reasons.join("; "),
             field: first.rule.field.clone(),
             position,
-            raw: row_json(batch, row),
+            raw: row_as_json(batch, row),
         }
     }
 
@@ -577,20 +594,6 @@ fn cell_text(col: &ArrayRef, row: usize) -> String {
         return "null".into();
     }
     arrow::util::display::array_value_to_string(col, row).unwrap_or_else(|_| "?".into())
-}
-
-/// A row rendered as a JSON object (the quarantined record's `raw`).
-fn row_json(batch: &RecordBatch, row: usize) -> String {
-    let slice = batch.slice(row, 1);
-    let mut writer = arrow::json::WriterBuilder::new()
-        .with_explicit_nulls(true)
-        .build::<_, arrow::json::writer::LineDelimited>(Vec::new());
-    if writer.write(&slice).and_then(|_| writer.finish()).is_err() {
-        return String::new();
-    }
-    String::from_utf8_lossy(&writer.into_inner())
-        .trim_end()
-        .to_string()
 }
 
 #[cfg(test)]

@@ -522,19 +522,7 @@ fn engine_error(e: ArrowError) -> Error {
     Error::new(&codes::ENGINE_ERROR, format!("arrow: {e}"))
 }
 
-/// Renders a batch row as one JSON object (the raw text of a rejected Arrow row).
-pub fn row_as_json(batch: &RecordBatch, row: usize) -> String {
-    let slice = batch.slice(row, 1);
-    let mut writer = arrow::json::WriterBuilder::new()
-        .with_explicit_nulls(true)
-        .build::<_, arrow::json::writer::LineDelimited>(Vec::new());
-    if writer.write(&slice).and_then(|_| writer.finish()).is_err() {
-        return String::new();
-    }
-    String::from_utf8_lossy(&writer.into_inner())
-        .trim_end()
-        .to_string()
-}
+pub use etlantic_core::data::row_as_json;
 
 // ---------------------------------------------------------------------------------------
 // Supported types

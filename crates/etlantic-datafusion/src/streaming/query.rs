@@ -142,6 +142,23 @@ fn quality_gate(
     )
 }
 
+/// Runs `gate` on `table` (positions are row indexes), counts its rules in `stats` and
+/// adds what its quarantine policy took out to `ruled_out`; returns the rows that go on.
+async fn gated(
+    gate: &QualityGate,
+    table: Table,
+    stats: &mut BatchStats,
+    ruled_out: &mut Vec<RejectedRecord>,
+) -> Result<Table> {
+    let out = gate.apply_by_row(table).await?;
+    ruled_out.extend(out.quarantined);
+    let asset = gate.asset();
+    stats
+        .quality
+        .extend(out.counts.into_iter().map(|c| (asset.to_string(), c)));
+    Ok(out.table)
+}
+
 struct SourceRt {
     id: String,
     asset: String,
@@ -938,21 +955,7 @@ impl StreamingQuery {
             stats.input_rows.insert(s.id.clone(), rows);
             // Batch-level quality rules of the source contract, on what this batch read.
             let table = match &s.gate {
-                Some(gate) if rows > 0 => {
-                    let asset = s.asset.clone();
-                    let out = gate
-                        .apply(table, &|row| SourcePosition {
-                            asset: asset.clone(),
-                            row: Some(row as u64),
-                            ..SourcePosition::default()
-                        })
-                        .await?;
-                    ruled_out.extend(out.quarantined);
-                    stats
-                        .quality
-                        .extend(out.counts.into_iter().map(|c| (s.asset.clone(), c)));
-                    out.table
-                }
+                Some(gate) if rows > 0 => gated(gate, table, &mut stats, &mut ruled_out).await?,
                 _ => table,
             };
             if let Some(col) = &s.info.event_time {
@@ -1184,19 +1187,7 @@ impl StreamingQuery {
             };
             let mut table = table.conform_to(&s.schema)?;
             if let (Some(gate), false) = (&s.gate, is_side) {
-                let asset = s.asset.clone();
-                let out = gate
-                    .apply(table, &|row| SourcePosition {
-                        asset: asset.clone(),
-                        row: Some(row as u64),
-                        ..SourcePosition::default()
-                    })
-                    .await?;
-                sink_ruled_out.extend(out.quarantined);
-                stats
-                    .quality
-                    .extend(out.counts.into_iter().map(|c| (s.asset.clone(), c)));
-                table = out.table;
+                table = gated(gate, table, &mut stats, &mut sink_ruled_out).await?;
             }
             let outcome = s
                 .sink
