@@ -132,18 +132,22 @@ impl Accumulators {
 
     /// Fresh state for a new group.
     pub fn init(&self) -> Vec<Acc> {
-        self.specs
-            .iter()
-            .map(|s| match (s.func, &s.input_type) {
-                (AggFunc::CountAll | AggFunc::Count, _) => Acc::Count(0),
-                (AggFunc::CountDistinct, _) => Acc::Distinct(Default::default()),
-                (AggFunc::Average, _) => Acc::Avg(0.0, 0),
-                (AggFunc::Sum, Some(DataType::Decimal128(..))) => Acc::SumD(None),
-                (AggFunc::Sum, Some(t)) if is_float(t) => Acc::SumF(None),
-                (AggFunc::Sum, _) => Acc::SumI(None),
-                _ => Acc::Row(None),
-            })
-            .collect()
+        let mut out = Vec::with_capacity(self.specs.len());
+        self.init_into(&mut out);
+        out
+    }
+
+    /// Appends fresh state for a new group to `out` (flat state of many groups).
+    pub fn init_into(&self, out: &mut Vec<Acc>) {
+        out.extend(self.specs.iter().map(|s| match (s.func, &s.input_type) {
+            (AggFunc::CountAll | AggFunc::Count, _) => Acc::Count(0),
+            (AggFunc::CountDistinct, _) => Acc::Distinct(Default::default()),
+            (AggFunc::Average, _) => Acc::Avg(0.0, 0),
+            (AggFunc::Sum, Some(DataType::Decimal128(..))) => Acc::SumD(None),
+            (AggFunc::Sum, Some(t)) if is_float(t) => Acc::SumF(None),
+            (AggFunc::Sum, _) => Acc::SumI(None),
+            _ => Acc::Row(None),
+        }));
     }
 
     /// Prepares the input columns (`cols[i]` is the argument of aggregate `i`).
@@ -191,69 +195,46 @@ impl Accumulators {
     #[inline]
     pub fn update(&self, accs: &mut [Acc], inputs: &[AggInput], i: usize) -> Result<()> {
         for ((acc, input), spec) in accs.iter_mut().zip(inputs).zip(&self.specs) {
-            match (acc, input) {
-                (Acc::Count(n), AggInput::None) => *n += 1,
-                (Acc::Count(n), AggInput::Any(a)) => {
-                    if a.is_valid(i) {
-                        *n += 1
+            update_one(acc, input, spec, i)?;
+        }
+        Ok(())
+    }
+
+    /// Adds every row of the prepared inputs to the state of its group: row `r` belongs
+    /// to group `ids[r]`, whose accumulators are `states[ids[r] * n..][..n]` with `n` the
+    /// number of aggregates. The result is that of [`Accumulators::update`] row by row;
+    /// each aggregate sees the rows in order, so `first`/`last` keep the row order.
+    ///
+    /// The work goes one aggregate at a time over all rows: the common counts run as a
+    /// tight loop instead of dispatching on every (row, aggregate) pair.
+    pub fn update_groups(
+        &self,
+        states: &mut [Acc],
+        ids: &[usize],
+        inputs: &[AggInput],
+    ) -> Result<()> {
+        let n = self.specs.len();
+        if states.len() < ids.iter().max().map_or(0, |g| (g + 1) * n) {
+            return Err(engine("aggregate states are missing for some groups"));
+        }
+        for (j, (input, spec)) in inputs.iter().zip(&self.specs).enumerate() {
+            let all_valid = match input {
+                AggInput::None => true,
+                AggInput::Any(a) => a.null_count() == 0,
+                _ => false,
+            };
+            if all_valid && matches!(states.get(j), Some(Acc::Count(_)) | None) {
+                for &g in ids {
+                    if let Acc::Count(c) = &mut states[g * n + j] {
+                        *c += 1;
+                    } else {
+                        return Err(engine("aggregate input does not match its state"));
                     }
                 }
-                (Acc::SumI(s), AggInput::I64(a)) => {
-                    if a.is_valid(i) {
-                        let v = a.value(i);
-                        *s = Some(match s {
-                            Some(x) => x.checked_add(v).ok_or_else(|| {
-                                Error::new(
-                                    &codes::ENGINE_ERROR,
-                                    format!("sum `{}` overflows a 64-bit integer", spec.name),
-                                )
-                            })?,
-                            None => v,
-                        });
-                    }
-                }
-                (Acc::SumF(s), AggInput::F64(a)) => {
-                    if a.is_valid(i) {
-                        *s = Some(s.unwrap_or(0.0) + a.value(i));
-                    }
-                }
-                (Acc::SumD(s), AggInput::D128(a)) => {
-                    if a.is_valid(i) {
-                        *s = Some(s.unwrap_or(0) + a.value(i));
-                    }
-                }
-                (Acc::Avg(sum, n), AggInput::F64(a)) => {
-                    if a.is_valid(i) {
-                        *sum += a.value(i);
-                        *n += 1;
-                    }
-                }
-                (Acc::Row(v), AggInput::Rows(arr, rows)) => {
-                    if arr.is_valid(i) {
-                        let r = rows.row(i);
-                        let replace = match (spec.func, v.as_ref()) {
-                            (_, None) => true,
-                            (AggFunc::Min, Some(cur)) => r < cur.row(),
-                            (AggFunc::Max, Some(cur)) => r > cur.row(),
-                            (AggFunc::Last, Some(_)) => true,
-                            _ => false,
-                        };
-                        if replace {
-                            *v = Some(r.owned());
-                        }
-                    }
-                }
-                (Acc::Distinct(set), AggInput::Rows(arr, rows)) => {
-                    if arr.is_valid(i) {
-                        set.insert(rows.row(i).as_ref().to_vec());
-                    }
-                }
-                _ => {
-                    return Err(Error::new(
-                        &codes::ENGINE_ERROR,
-                        "aggregate input does not match its state",
-                    ))
-                }
+                continue;
+            }
+            for (row, &g) in ids.iter().enumerate() {
+                update_one(&mut states[g * n + j], input, spec, row)?;
             }
         }
         Ok(())
@@ -518,6 +499,76 @@ impl Accumulators {
         }
         Ok(groups)
     }
+}
+
+/// Adds row `i` of one prepared input to one accumulator.
+#[inline]
+fn update_one(acc: &mut Acc, input: &AggInput, spec: &AggSpec, i: usize) -> Result<()> {
+    match (acc, input) {
+        (Acc::Count(n), AggInput::None) => *n += 1,
+        (Acc::Count(n), AggInput::Any(a)) => {
+            if a.is_valid(i) {
+                *n += 1
+            }
+        }
+        (Acc::SumI(s), AggInput::I64(a)) => {
+            if a.is_valid(i) {
+                let v = a.value(i);
+                *s = Some(match s {
+                    Some(x) => x.checked_add(v).ok_or_else(|| {
+                        Error::new(
+                            &codes::ENGINE_ERROR,
+                            format!("sum `{}` overflows a 64-bit integer", spec.name),
+                        )
+                    })?,
+                    None => v,
+                });
+            }
+        }
+        (Acc::SumF(s), AggInput::F64(a)) => {
+            if a.is_valid(i) {
+                *s = Some(s.unwrap_or(0.0) + a.value(i));
+            }
+        }
+        (Acc::SumD(s), AggInput::D128(a)) => {
+            if a.is_valid(i) {
+                *s = Some(s.unwrap_or(0) + a.value(i));
+            }
+        }
+        (Acc::Avg(sum, n), AggInput::F64(a)) => {
+            if a.is_valid(i) {
+                *sum += a.value(i);
+                *n += 1;
+            }
+        }
+        (Acc::Row(v), AggInput::Rows(arr, rows)) => {
+            if arr.is_valid(i) {
+                let r = rows.row(i);
+                let replace = match (spec.func, v.as_ref()) {
+                    (_, None) => true,
+                    (AggFunc::Min, Some(cur)) => r < cur.row(),
+                    (AggFunc::Max, Some(cur)) => r > cur.row(),
+                    (AggFunc::Last, Some(_)) => true,
+                    _ => false,
+                };
+                if replace {
+                    *v = Some(r.owned());
+                }
+            }
+        }
+        (Acc::Distinct(set), AggInput::Rows(arr, rows)) => {
+            if arr.is_valid(i) {
+                set.insert(rows.row(i).as_ref().to_vec());
+            }
+        }
+        _ => {
+            return Err(Error::new(
+                &codes::ENGINE_ERROR,
+                "aggregate input does not match its state",
+            ))
+        }
+    }
+    Ok(())
 }
 
 fn add_opt<T: Copy>(a: Option<T>, b: Option<T>, f: impl Fn(T, T) -> T) -> Option<T> {

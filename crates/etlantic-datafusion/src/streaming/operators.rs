@@ -217,12 +217,10 @@ struct Group {
     updated_ms: Option<i64>,
 }
 
-/// The state index key of a (window start, key) group: the start's big-endian bytes,
-/// then the row-encoded key, written into `buf`.
-fn state_key(buf: &mut Vec<u8>, start: i64, key: &[u8]) {
-    buf.clear();
-    buf.extend_from_slice(&start.to_be_bytes());
-    buf.extend_from_slice(key);
+/// The hash of a (window start, key bytes) group in the state index.
+fn group_hash(hasher: &foldhash::fast::RandomState, start: i64, key: &[u8]) -> u64 {
+    use std::hash::BuildHasher;
+    hasher.hash_one((start, key))
 }
 
 /// Whether a row is late: its window ends at or before the cutoff (windowed), or its
@@ -256,12 +254,12 @@ struct Piece {
 }
 
 /// Pieces of a micro-batch, grouped and aggregated: the late rows (input batch, rows),
-/// the group values (window starts, then the key columns) and each group's
-/// accumulators.
+/// the group values (window starts, then the key columns) and the groups' accumulators,
+/// flat: group `g`'s are `accs[g * n..][..n]` for `n` aggregates.
 struct BatchGroups {
     late: Vec<(usize, Vec<u32>)>,
     groups: Vec<ArrayRef>,
-    accs: Vec<Vec<Acc>>,
+    accs: Vec<Acc>,
 }
 
 /// Window and plain group-by aggregation.
@@ -273,7 +271,10 @@ pub struct AggregateOperator {
     schema: SchemaRef,
     /// Tumbling, sliding and plain aggregation: (window start, key bytes) → group index.
     groups: Vec<Group>,
-    index: HashMap<Vec<u8>, usize>,
+    /// The positions of `groups`, hashed by (window start, key bytes): the keys live in
+    /// the groups only, so adding or evicting a group copies or frees no key.
+    index: hashbrown::HashTable<usize>,
+    hasher: foldhash::fast::RandomState,
     /// Session windows: key bytes → sessions sorted by start, never overlapping.
     sessions: HashMap<Vec<u8>, Vec<Group>>,
     metrics: StateMetrics,
@@ -317,7 +318,8 @@ impl AggregateOperator {
             accs,
             keys,
             groups: Vec::new(),
-            index: HashMap::default(),
+            index: hashbrown::HashTable::new(),
+            hasher: foldhash::fast::RandomState::default(),
             sessions: HashMap::default(),
             metrics: StateMetrics::default(),
             ttl: None,
@@ -576,13 +578,12 @@ impl AggregateOperator {
     ) -> Result<BatchGroups> {
         let df = |e: datafusion::error::DataFusionError| engine(e);
         let cut = self.late_cutoff(ctx);
-        let windowed = self.layout.window.is_some();
         let sliding = matches!(self.geometry(), Some(Geometry::Sliding(..)));
         let mut table: Option<Box<dyn GroupValues>> = None;
-        let mut accs: Vec<Vec<Acc>> = Vec::new();
+        let mut accs: Vec<Acc> = Vec::new();
+        let width = self.layout.aggregates.len();
         let mut late: Vec<(usize, Vec<u32>)> = Vec::new();
         let mut ids = Vec::new();
-        let mut windows = Vec::new();
         let mut key_types: Vec<DataType> = Vec::new();
         for piece in pieces {
             let (offset, len) = (piece.offset, piece.len);
@@ -593,29 +594,15 @@ impl AggregateOperator {
             let mut rows: Vec<u32> = Vec::with_capacity(len);
             let mut starts: Vec<i64> = Vec::with_capacity(len);
             let mut late_rows: Vec<u32> = Vec::new();
-            for i in 0..len {
-                let ts = match &times {
-                    Some(t) if t.is_null(i) => continue,
-                    Some(t) => t.value(i),
-                    None => 0,
-                };
-                self.windows_of(ts, &mut windows);
-                let mut row_late = false;
-                for &(start, end) in windows.iter() {
-                    let event_key = event_keys
-                        .as_ref()
-                        .and_then(|e| e.is_valid(i).then(|| e.value(i)));
-                    if late_for(cut, windowed, end, event_key) {
-                        row_late = true;
-                    } else {
-                        rows.push(i as u32);
-                        starts.push(start);
-                    }
-                }
-                if row_late {
-                    late_rows.push((offset + i) as u32);
-                }
-            }
+            self.assign_windows(
+                times.as_ref(),
+                event_keys.as_ref(),
+                cut,
+                (offset, len),
+                &mut rows,
+                &mut starts,
+                &mut late_rows,
+            );
             if !late_rows.is_empty() {
                 late.push((piece.batch, late_rows));
             }
@@ -659,10 +646,10 @@ impl AggregateOperator {
             };
             ids.clear();
             table.intern(&group_cols, &mut ids).map_err(df)?;
-            accs.resize_with(table.len(), || self.accs.init());
-            for (row, &g) in ids.iter().enumerate() {
-                self.accs.update(&mut accs[g], &inputs, row)?;
+            while accs.len() < table.len() * width {
+                self.accs.init_into(&mut accs);
             }
+            self.accs.update_groups(&mut accs, &ids, &inputs)?;
         }
         let Some(mut table) = table else {
             return Ok(BatchGroups {
@@ -682,6 +669,63 @@ impl AggregateOperator {
         Ok(BatchGroups { late, groups, accs })
     }
 
+    /// Assigns the rows of a piece (`times` and `event_keys` sliced to it, starting at
+    /// `offset` of its input batch, `len` rows) to their windows: each (row, window) that is not late
+    /// goes to `rows`/`starts`, each row with a late window to `late_rows` (by its index in
+    /// the input batch). Rows with a null event time belong to no window.
+    #[allow(clippy::too_many_arguments)]
+    fn assign_windows(
+        &self,
+        times: Option<&TimestampMicrosecondArray>,
+        event_keys: Option<&TimestampMicrosecondArray>,
+        cut: Option<i64>,
+        (offset, len): (usize, usize),
+        rows: &mut Vec<u32>,
+        starts: &mut Vec<i64>,
+        late_rows: &mut Vec<u32>,
+    ) {
+        if let (Some(Geometry::Tumbling(size)), Some(t)) = (self.geometry(), times) {
+            // One window per row, the common case: no per-row window list.
+            let has_nulls = t.null_count() > 0;
+            for (i, &ts) in t.values().iter().enumerate() {
+                if has_nulls && t.is_null(i) {
+                    continue;
+                }
+                let start = ts.div_euclid(size) * size;
+                if cut.is_some_and(|wm| start + size <= wm) {
+                    late_rows.push((offset + i) as u32);
+                } else {
+                    rows.push(i as u32);
+                    starts.push(start);
+                }
+            }
+            return;
+        }
+        let windowed = self.layout.window.is_some();
+        let mut windows = Vec::new();
+        for i in 0..len {
+            let ts = match times {
+                Some(t) if t.is_null(i) => continue,
+                Some(t) => t.value(i),
+                None => 0,
+            };
+            self.windows_of(ts, &mut windows);
+            let event_key = event_keys.and_then(|e| e.is_valid(i).then(|| e.value(i)));
+            let mut row_late = false;
+            for &(start, end) in windows.iter() {
+                if late_for(cut, windowed, end, event_key) {
+                    row_late = true;
+                } else {
+                    rows.push(i as u32);
+                    starts.push(start);
+                }
+            }
+            if row_late {
+                late_rows.push((offset + i) as u32);
+            }
+        }
+    }
+
     /// The watermark late rows are judged against, or `None` when no row is late.
     fn late_cutoff(&self, ctx: &OpContext) -> Option<i64> {
         if !ctx.has_watermark || ctx.accept_late {
@@ -698,18 +742,19 @@ impl AggregateOperator {
         Some(ctx.late_watermark_us)
     }
 
-    /// Folds the groups of a batch (`groups` = [window starts, key columns...], one
-    /// accumulator list per group) into the state.
+    /// Folds the groups of a batch (`groups` = [window starts, key columns...], their
+    /// accumulators flat as in [`BatchGroups`]) into the state.
     fn fold_in(
         &mut self,
         groups: Vec<ArrayRef>,
-        accs: Vec<Vec<Acc>>,
+        mut accs: Vec<Acc>,
         now_ms: i64,
         updated: &mut u64,
     ) -> Result<()> {
-        if accs.is_empty() {
+        if groups.is_empty() || groups[0].is_empty() {
             return Ok(());
         }
+        let width = self.layout.aggregates.len();
         let starts = groups[0]
             .as_any()
             .downcast_ref::<Int64Array>()
@@ -725,15 +770,22 @@ impl AggregateOperator {
             Some(Geometry::Tumbling(size) | Geometry::Sliding(size, _)) => size,
             _ => 0,
         };
-        let mut key_buf: Vec<u8> = Vec::new();
-        for (g, batch_accs) in accs.into_iter().enumerate() {
+        for g in 0..starts.len() {
+            let batch_accs = &mut accs[g * width..(g + 1) * width];
             let start = starts.value(g);
             let key = rows.row(g);
-            state_key(&mut key_buf, start, key.as_ref());
-            match self.index.get(key_buf.as_slice()) {
-                Some(&gi) => {
+            let hash = group_hash(&self.hasher, start, key.as_ref());
+            let groups = &self.groups;
+            let found = self
+                .index
+                .find(hash, |&i| {
+                    groups[i].start == start && groups[i].key.row().as_ref() == key.as_ref()
+                })
+                .copied();
+            match found {
+                Some(gi) => {
                     let group = &mut self.groups[gi];
-                    self.accs.merge(&mut group.accs, &batch_accs)?;
+                    self.accs.merge(&mut group.accs, batch_accs)?;
                     group.updated_ms = Some(now_ms);
                     if !group.updated {
                         group.updated = true;
@@ -753,12 +805,19 @@ impl AggregateOperator {
                         },
                         key: key.owned(),
                         event_key,
-                        accs: batch_accs,
+                        // Moved out; the batch's copy is not read again.
+                        accs: batch_accs
+                            .iter_mut()
+                            .map(|a| std::mem::replace(a, Acc::Count(0)))
+                            .collect(),
                         updated: true,
                         updated_ms: Some(now_ms),
                     });
                     *updated += 1;
-                    self.index.insert(key_buf.clone(), self.groups.len() - 1);
+                    let (groups, hasher) = (&self.groups, &self.hasher);
+                    self.index.insert_unique(hash, groups.len() - 1, |&i| {
+                        group_hash(hasher, groups[i].start, groups[i].key.row().as_ref())
+                    });
                 }
             }
         }
@@ -1008,10 +1067,12 @@ impl StatefulOperator for AggregateOperator {
                     .or_default()
                     .push(g);
             } else {
-                let mut k = Vec::new();
-                state_key(&mut k, g.start, rows.row(i).as_ref());
-                self.index.insert(k, self.groups.len());
+                let hash = group_hash(&self.hasher, g.start, rows.row(i).as_ref());
                 self.groups.push(g);
+                let (groups, hasher) = (&self.groups, &self.hasher);
+                self.index.insert_unique(hash, groups.len() - 1, |&i| {
+                    group_hash(hasher, groups[i].start, groups[i].key.row().as_ref())
+                });
             }
         }
         for list in self.sessions.values_mut() {
@@ -1067,26 +1128,15 @@ impl AggregateOperator {
             removed += (before - list.len()) as u64;
         }
         self.sessions.retain(|_, l| !l.is_empty());
-        if self
+        let expired: Vec<bool> = self
             .groups
             .iter()
-            .any(|g| ttl.expired(g.updated_ms, now_ms))
-        {
-            let before = self.groups.len();
-            self.groups.retain(|g| !ttl.expired(g.updated_ms, now_ms));
-            removed += (before - self.groups.len()) as u64;
-            self.reindex();
+            .map(|g| ttl.expired(g.updated_ms, now_ms))
+            .collect();
+        if expired.iter().any(|e| *e) {
+            removed += self.remove_groups(&expired).len() as u64;
         }
         removed
-    }
-
-    fn reindex(&mut self) {
-        self.index.clear();
-        for (i, g) in self.groups.iter().enumerate() {
-            let mut k = Vec::new();
-            state_key(&mut k, g.start, g.key.row().as_ref());
-            self.index.insert(k, i);
-        }
     }
 
     fn memory_bytes(&self) -> u64 {
@@ -1113,19 +1163,39 @@ impl AggregateOperator {
             return;
         }
         let closed: Vec<bool> = self.groups.iter().map(|g| self.closed(g, ctx)).collect();
-        if !closed.iter().any(|c| *c) {
-            return;
+        if closed.iter().any(|c| *c) {
+            out.extend(self.remove_groups(&closed));
         }
-        let mut keep = Vec::with_capacity(self.groups.len());
-        for (g, c) in std::mem::take(&mut self.groups).into_iter().zip(closed) {
-            if c {
-                out.push(g);
+    }
+
+    /// Removes the groups flagged in `remove` (one flag per group), keeping the others in
+    /// order, and returns the removed ones. The index is patched in place rather than
+    /// rebuilt: no key is copied again.
+    fn remove_groups(&mut self, remove: &[bool]) -> Vec<Group> {
+        let mut new_position = Vec::with_capacity(self.groups.len());
+        let mut kept = 0usize;
+        for &r in remove {
+            new_position.push((!r).then_some(kept));
+            kept += usize::from(!r);
+        }
+        self.index.retain(|at| match new_position[*at] {
+            Some(n) => {
+                *at = n;
+                true
+            }
+            None => false,
+        });
+        let mut keep = Vec::with_capacity(kept);
+        let mut removed = Vec::with_capacity(self.groups.len() - kept);
+        for (g, r) in std::mem::take(&mut self.groups).into_iter().zip(remove) {
+            if *r {
+                removed.push(g);
             } else {
                 keep.push(g);
             }
         }
         self.groups = keep;
-        self.reindex();
+        removed
     }
 }
 
