@@ -151,6 +151,81 @@ impl std::fmt::Display for SourcePosition {
     }
 }
 
+impl SourcePosition {
+    /// The position `k` records further on: the line, else the row, else the offset moves
+    /// by `k` (the one counter a position of this kind has).
+    pub fn advanced(&self, k: u64) -> SourcePosition {
+        let mut p = self.clone();
+        if let Some(l) = &mut p.line {
+            *l += k;
+        } else if let Some(r) = &mut p.row {
+            *r += k;
+        } else if let Some(o) = &mut p.offset {
+            *o += k as i64;
+        }
+        p
+    }
+}
+
+/// Consecutive good rows of one read that came from consecutive places: `rows` rows, the
+/// first at `first`, each next one at the previous position advanced by one
+/// ([`SourcePosition::advanced`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OriginRun {
+    /// The position of the run's first row.
+    pub first: SourcePosition,
+    /// How many rows the run has.
+    pub rows: u64,
+}
+
+/// The source positions of the good rows of one read, in row order, as runs. A source
+/// that knows where its rows came from fills it as it decodes (a rejected line ends a
+/// run), so that rows a quality rule takes out later are quarantined with their real
+/// position; one that does not leaves it empty.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RowOrigins {
+    runs: Vec<OriginRun>,
+    /// Rows before each run (for lookups by row).
+    starts: Vec<u64>,
+    rows: u64,
+}
+
+impl RowOrigins {
+    /// Appends `rows` rows, the first at `first`.
+    pub fn push_run(&mut self, first: SourcePosition, rows: u64) {
+        if rows == 0 {
+            return;
+        }
+        self.starts.push(self.rows);
+        self.runs.push(OriginRun { first, rows });
+        self.rows += rows;
+    }
+
+    /// The number of rows whose positions are known.
+    pub fn len(&self) -> u64 {
+        self.rows
+    }
+
+    /// Whether no position is known.
+    pub fn is_empty(&self) -> bool {
+        self.rows == 0
+    }
+
+    /// The runs, in row order.
+    pub fn runs(&self) -> &[OriginRun] {
+        &self.runs
+    }
+
+    /// The position of row `i` (0-based over the read), if known.
+    pub fn position(&self, i: u64) -> Option<SourcePosition> {
+        if i >= self.rows {
+            return None;
+        }
+        let run = self.starts.partition_point(|&s| s <= i) - 1;
+        Some(self.runs[run].first.advanced(i - self.starts[run]))
+    }
+}
+
 /// A record that did not pass its contract, with why and where from.
 ///
 /// Rejected records are never dropped: the runtime writes them to the quarantine output
@@ -184,4 +259,62 @@ pub fn row_as_json(batch: &RecordBatch, row: usize) -> String {
     String::from_utf8_lossy(&writer.into_inner())
         .trim_end()
         .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(file: &str, line: Option<u64>, row: Option<u64>) -> SourcePosition {
+        SourcePosition {
+            asset: "a".into(),
+            file: Some(file.into()),
+            line,
+            row,
+            ..SourcePosition::default()
+        }
+    }
+
+    #[test]
+    fn row_origins_find_each_rows_position_across_runs() {
+        let mut o = RowOrigins::default();
+        o.push_run(at("x.jsonl", Some(1), None), 3); // lines 1-3
+        o.push_run(at("x.jsonl", Some(5), None), 0); // empty: ignored
+        o.push_run(at("x.jsonl", Some(5), None), 2); // lines 5-6 (line 4 was rejected)
+        o.push_run(at("y.parquet", None, Some(0)), 4); // rows 0-3
+        assert_eq!(o.len(), 9);
+        assert_eq!(o.runs().len(), 3);
+        let got: Vec<(Option<String>, Option<u64>, Option<u64>)> = (0..9)
+            .map(|i| {
+                let p = o.position(i).unwrap();
+                (p.file, p.line, p.row)
+            })
+            .collect();
+        let x = Some("x.jsonl".to_string());
+        let y = Some("y.parquet".to_string());
+        assert_eq!(
+            got,
+            vec![
+                (x.clone(), Some(1), None),
+                (x.clone(), Some(2), None),
+                (x.clone(), Some(3), None),
+                (x.clone(), Some(5), None),
+                (x, Some(6), None),
+                (y.clone(), None, Some(0)),
+                (y.clone(), None, Some(1)),
+                (y.clone(), None, Some(2)),
+                (y, None, Some(3)),
+            ]
+        );
+        assert_eq!(o.position(9), None);
+        assert_eq!(RowOrigins::default().position(0), None);
+        let kafka = SourcePosition {
+            asset: "a".into(),
+            topic: Some("t".into()),
+            partition: Some(1),
+            offset: Some(40),
+            ..SourcePosition::default()
+        };
+        assert_eq!(kafka.advanced(2).offset, Some(42));
+    }
 }

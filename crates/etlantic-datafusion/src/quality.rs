@@ -25,7 +25,7 @@ use arrow::compute::kernels::cmp;
 use arrow::datatypes::{DataType, Float64Type, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 use etlantic_core::contract::rules::{Check, MeasureUnit, Policy, Rule, RuleSet, Scope};
-use etlantic_core::data::{row_as_json, RejectedRecord, SourcePosition, Table};
+use etlantic_core::data::{row_as_json, RejectedRecord, RowOrigins, SourcePosition, Table};
 use etlantic_core::diagnostics::{codes, Diagnostic, Diagnostics, Error, Result};
 use indexmap::IndexMap;
 use serde::Serialize;
@@ -184,6 +184,27 @@ impl QualityGate {
         }))
     }
 
+    /// The gate of `asset`'s contract in `plan`, with the profile's policies and its
+    /// `on_error` as the default; see [`QualityGate::new`] for `decoded`.
+    pub fn for_asset(
+        plan: &etlantic_plan::plan::PipelinePlan,
+        asset: &str,
+        schema: SchemaRef,
+        decoded: bool,
+    ) -> Result<Option<QualityGate>> {
+        let contract = plan.asset_contract(asset)?;
+        let rules = RuleSet::of(&contract)?;
+        QualityGate::new(
+            asset,
+            &contract.object,
+            &rules,
+            schema,
+            &plan.profile.quality_policies,
+            plan.profile.on_error.as_policy(),
+            decoded,
+        )
+    }
+
     /// The asset whose contract the gate checks.
     pub fn asset(&self) -> &str {
         &self.asset
@@ -192,11 +213,21 @@ impl QualityGate {
     /// [`QualityGate::apply`] where a row's position is its index in `table`, under the
     /// gate's asset (for data whose source positions are no longer known).
     pub async fn apply_by_row(&self, table: Table) -> Result<GateOutcome> {
+        self.apply_at(table, &RowOrigins::default()).await
+    }
+
+    /// [`QualityGate::apply`] to rows as a source read them: row `i`'s position is the
+    /// `i`-th of `origins`, or its index in `table` where the source did not say.
+    pub async fn apply_at(&self, table: Table, origins: &RowOrigins) -> Result<GateOutcome> {
         let asset = self.asset.clone();
-        self.apply(table, &|row| SourcePosition {
-            asset: asset.clone(),
-            row: Some(row as u64),
-            ..SourcePosition::default()
+        self.apply(table, &|row| {
+            origins
+                .position(row as u64)
+                .unwrap_or_else(|| SourcePosition {
+                    asset: asset.clone(),
+                    row: Some(row as u64),
+                    ..SourcePosition::default()
+                })
         })
         .await
     }

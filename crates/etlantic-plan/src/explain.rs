@@ -234,6 +234,7 @@ pub fn explain_text(plan: &PipelinePlan) -> String {
             s.write_mode
         );
     }
+    quality_section(plan, &mut o);
     let _ = writeln!(o, "\nTransitions");
     for t in &plan.transitions {
         let _ = writeln!(
@@ -257,6 +258,61 @@ pub fn explain_text(plan: &PipelinePlan) -> String {
         }
     }
     o
+}
+
+/// Every quality rule of the source and sink contracts: where it is evaluated, in what
+/// scope, and the policy in force; rules ETLantic cannot evaluate are listed as such.
+fn quality_section(plan: &PipelinePlan, o: &mut String) {
+    use etlantic_core::contract::rules::{RuleSet, Scope};
+    let streaming = plan.profile.mode == etlantic_core::streaming::ExecutionMode::Streaming;
+    let on_error = plan.profile.on_error.as_policy();
+    let crossings = plan
+        .sources
+        .iter()
+        .map(|s| ("source", &s.id, &s.asset))
+        .chain(plan.sinks.iter().map(|s| ("sink", &s.id, &s.asset)));
+    let mut lines = Vec::new();
+    for (kind, id, asset) in crossings {
+        let Ok(contract) = plan.asset_contract(asset) else {
+            continue;
+        };
+        let Ok(set) = RuleSet::of(&contract) else {
+            continue;
+        };
+        if set.rules.is_empty() && set.unevaluated.is_empty() {
+            continue;
+        }
+        lines.push(format!("  {kind} {id} (asset {asset})"));
+        for r in &set.rules {
+            let policy = r.policy(plan.profile.quality_policies.get(&r.id).copied(), on_error);
+            let at = match (kind, r.scope()) {
+                ("source", Scope::Record) => "each record, while the source decodes it",
+                ("source", _) if streaming => "each micro-batch, after the source reads it",
+                ("source", _) => "the whole input, after the source reads it",
+                (_, Scope::Record) => "each record, before the sink publishes it",
+                _ if streaming => "each micro-batch, before the sink publishes it",
+                _ => "the whole output, before the sink publishes it",
+            };
+            lines.push(format!(
+                "    {} ({}) → {}: on {at} (embedded engine)",
+                r.id,
+                r.check.name(),
+                policy.as_str()
+            ));
+        }
+        for u in &set.unevaluated {
+            lines.push(format!(
+                "    {}: NOT EVALUATED — {} (ETL223)",
+                u.id, u.reason
+            ));
+        }
+    }
+    if !lines.is_empty() {
+        let _ = writeln!(o, "\nQuality rules");
+        for l in lines {
+            let _ = writeln!(o, "{l}");
+        }
+    }
 }
 
 fn node_id(kind: &str, id: &str) -> String {

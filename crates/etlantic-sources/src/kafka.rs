@@ -746,11 +746,28 @@ impl Source for KafkaSource {
         let mut out = SourceBatch::default();
         let mut builder: BatchBuilder = self.decoder.builder();
         for ((topic, partition), recs) in &records {
+            // Good records with consecutive offsets make one origin run.
+            let mut run: Option<(i64, u64)> = None;
+            let close = |run: &mut Option<(i64, u64)>, out: &mut SourceBatch| {
+                if let Some((first, n)) = run.take() {
+                    out.origins
+                        .push_run(self.position(topic, *partition, first), n);
+                }
+            };
             for r in recs {
                 let problem = match self.record_json(topic, *partition, r) {
                     Ok(v) => builder.push_json(&v).err(),
                     Err(p) => Some(p),
                 };
+                if problem.is_none() {
+                    match &mut run {
+                        Some((first, n)) if *first + *n as i64 == r.offset => *n += 1,
+                        _ => {
+                            close(&mut run, &mut out);
+                            run = Some((r.offset, 1));
+                        }
+                    }
+                }
                 if let Some(problem) = problem {
                     let raw = r
                         .value
@@ -765,6 +782,7 @@ impl Source for KafkaSource {
                     out.batches.extend(builder.finish()?);
                 }
             }
+            close(&mut run, &mut out);
         }
         out.batches.extend(builder.finish()?);
         Ok(out)

@@ -8,12 +8,40 @@
 //! <out>/transformations/<transform>.transform-plan.json   the dtcs.transform-plan/2 itself
 //! <out>/pipelines/<pipeline>.dpcs.yaml               DPCS pipeline contract (checked with `dpcs`)
 //! ```
+//!
+//! Every DTCS and DPCS document is parsed back and validated with the `dtcs` / `dpcs`
+//! crate before it is written; an invalid one is an error (`ETL005`), never a file.
+//!
+//! ## Streaming metadata
+//!
+//! The documents say whether data is bounded (batch) or unbounded (streaming), with the
+//! standards' own fields where they have one and `etlantic:` vendor keys (the namespaced
+//! extension form both standards accept) for the rest:
+//!
+//! - DTCS inputs and outputs carry the standard `streaming: {mode: bounded|unbounded}`.
+//!   A source is unbounded in a streaming plan unless it is static (`static_refresh`); a
+//!   transformation's input or output is unbounded when any source upstream of it is.
+//!   An input read from a source also carries `etlantic:eventTime` (column),
+//!   `etlantic:eventTimeZone`, and, when unbounded, `etlantic:watermark: {field, delay}`
+//!   and `etlantic:lateEvents: {policy[, sink]}`; an input read from a transformation
+//!   carries those of its upstream source when it has exactly one unbounded source with
+//!   an event time and that column is still in the input's schema.
+//! - DPCS: a `scheduling` intent with mode `streaming` (with `etlantic:trigger`,
+//!   `etlantic:watermarkPolicy`, `etlantic:noDataBatches` and, when the profile asks for
+//!   one, `etlantic:requireGuarantee`) or `onDemand` for a batch plan; interface inputs
+//!   carry `etlantic:streaming: {mode}`, the source keys above, `etlantic:sourceGuarantee`
+//!   and `etlantic:staticRefresh`; interface outputs carry `etlantic:streaming`,
+//!   `etlantic:outputMode` (streaming) or `etlantic:writeMode` (batch),
+//!   `etlantic:commitProtocol`, and the end-to-end `etlantic:deliveryGuarantee` (the
+//!   weakest of its source/sink pairs, `exactly_once`, `at_least_once` or
+//!   `at_most_once`) with `etlantic:deliveryGuarantees` per source.
 
 use etlantic_core::contract::{contract_from_schema, sanitize_id};
 use etlantic_core::diagnostics::{codes, Diagnostic, Error, Result};
 use etlantic_core::ir::types::dtcs_type;
-use etlantic_plan::plan::{PipelinePlan, PlanLogic};
-use serde_json::{json, Value};
+use etlantic_core::streaming::ExecutionMode;
+use etlantic_plan::plan::{PipelinePlan, PlanLogic, PlanSource};
+use serde_json::{json, Map, Value};
 use std::path::{Path, PathBuf};
 
 /// Which documents to generate.
@@ -60,6 +88,184 @@ fn schema_fields(plan: &PipelinePlan, node: &str) -> Vec<Value> {
         .collect()
 }
 
+fn streaming(plan: &PipelinePlan) -> bool {
+    plan.profile.mode == ExecutionMode::Streaming
+}
+
+/// Whether `node` (a source or a transformation) produces unbounded data: a source of a
+/// streaming plan that is not static, or a transformation with such a source upstream.
+fn unbounded(plan: &PipelinePlan, node: &str) -> bool {
+    if let Some(s) = plan.source(node) {
+        return unbounded_source(plan, s);
+    }
+    plan.transform(node)
+        .is_some_and(|t| t.inputs.values().any(|from| unbounded(plan, from)))
+}
+
+/// A source is unbounded in a streaming plan unless it is static (`static_refresh`).
+fn unbounded_source(plan: &PipelinePlan, s: &PlanSource) -> bool {
+    streaming(plan) && s.static_refresh.is_none()
+}
+
+/// DTCS's `streaming` declaration (also used as the `etlantic:streaming` DPCS key).
+fn streaming_mode(unbounded: bool) -> Value {
+    json!({"mode": if unbounded { "unbounded" } else { "bounded" }})
+}
+
+/// The sources upstream of `node` (itself when it is a source), in first-seen order.
+fn upstream_sources<'p>(plan: &'p PipelinePlan, node: &str, out: &mut Vec<&'p PlanSource>) {
+    if let Some(s) = plan.source(node) {
+        if !out.iter().any(|o| o.id == s.id) {
+            out.push(s);
+        }
+    } else if let Some(t) = plan.transform(node) {
+        for from in t.inputs.values() {
+            upstream_sources(plan, from, out);
+        }
+    }
+}
+
+/// The event-time keys of a source: `etlantic:eventTime` and `etlantic:eventTimeZone`
+/// always (when declared); `etlantic:watermark` and `etlantic:lateEvents` when the source
+/// is unbounded (a bounded read has no watermark and nothing is late).
+fn event_time_keys(s: &PlanSource, unbounded: bool) -> Map<String, Value> {
+    let mut m = Map::new();
+    if let Some(et) = &s.event_time {
+        m.insert("etlantic:eventTime".into(), json!(et.column));
+        m.insert("etlantic:eventTimeZone".into(), json!(et.timezone));
+    }
+    if unbounded {
+        if let Some(delay) = s.watermark {
+            let mut w = Map::new();
+            if let Some(et) = &s.event_time {
+                w.insert("field".into(), json!(et.column));
+            }
+            w.insert("delay".into(), json!(delay.to_string()));
+            m.insert("etlantic:watermark".into(), Value::Object(w));
+        }
+        m.insert(
+            "etlantic:lateEvents".into(),
+            serde_json::to_value(&s.late_events).expect("late policies serialise"),
+        );
+    }
+    m
+}
+
+/// A DTCS input read from `from`, with its streaming declaration and event-time keys.
+fn dtcs_input(plan: &PipelinePlan, port: &str, from: &str) -> Value {
+    let fields = schema_fields(plan, from);
+    let unbounded = unbounded(plan, from);
+    let mut input = json!({
+        "id": port,
+        "schema": {"fields": fields},
+        "streaming": streaming_mode(unbounded),
+    });
+    let keys = if let Some(s) = plan.source(from) {
+        event_time_keys(s, unbounded)
+    } else {
+        // Through a transformation: the event time of its one unbounded, event-timed
+        // source, when that column survived to this input.
+        let mut sources = Vec::new();
+        upstream_sources(plan, from, &mut sources);
+        let timed: Vec<&PlanSource> = sources
+            .into_iter()
+            .filter(|s| s.event_time.is_some() && unbounded_source(plan, s))
+            .collect();
+        match timed.as_slice() {
+            [s] if fields
+                .iter()
+                .any(|f| f["name"] == json!(s.event_time.as_ref().expect("filtered").column)) =>
+            {
+                event_time_keys(s, true)
+            }
+            _ => Map::new(),
+        }
+    };
+    input.as_object_mut().expect("an object").extend(keys);
+    input
+}
+
+/// The DPCS interface input of a source.
+fn dpcs_input(plan: &PipelinePlan, s: &PlanSource) -> Value {
+    let unbounded = unbounded_source(plan, s);
+    let mut port = json!({
+        "id": s.id, "name": s.id, "contractRef": format!("odcs:{}", s.asset),
+        "purpose": format!("Pipeline source '{}'", s.id), "etlantic:binding": s.asset,
+        "etlantic:streaming": streaming_mode(unbounded),
+        "etlantic:sourceGuarantee": s.guarantee,
+    });
+    let m = port.as_object_mut().expect("an object");
+    m.extend(event_time_keys(s, unbounded));
+    if let Some(r) = s.static_refresh {
+        m.insert(
+            "etlantic:staticRefresh".into(),
+            serde_json::to_value(r).expect("refresh policies serialise"),
+        );
+    }
+    port
+}
+
+/// The DPCS interface output of a sink: boundedness, output or write mode, commit
+/// protocol and the end-to-end delivery guarantee.
+fn dpcs_output(plan: &PipelinePlan, s: &etlantic_plan::plan::PlanSink) -> Value {
+    let unbounded = unbounded(plan, &s.input);
+    let mut port = json!({
+        "id": s.id, "name": s.id, "contractRef": format!("odcs:{}", s.asset),
+        "purpose": format!("Pipeline sink '{}'", s.id), "etlantic:binding": s.asset,
+        "etlantic:streaming": streaming_mode(unbounded),
+        "etlantic:commitProtocol": s.guarantee.protocol,
+    });
+    let m = port.as_object_mut().expect("an object");
+    if streaming(plan) {
+        m.insert("etlantic:outputMode".into(), json!(s.output_mode.as_str()));
+    } else {
+        m.insert("etlantic:writeMode".into(), json!(s.write_mode));
+    }
+    if !s.keys.is_empty() {
+        m.insert("etlantic:keys".into(), json!(s.keys));
+    }
+    let pairs: Vec<_> = plan.guarantees.iter().filter(|g| g.sink == s.id).collect();
+    if let Some(weakest) = pairs.iter().map(|g| g.guarantee).min() {
+        m.insert("etlantic:deliveryGuarantee".into(), json!(weakest.as_str()));
+        m.insert(
+            "etlantic:deliveryGuarantees".into(),
+            Value::Array(
+                pairs
+                    .iter()
+                    .map(|g| {
+                        let mut v = json!({"source": g.source, "guarantee": g.guarantee.as_str()});
+                        if let Some(c) = &g.condition {
+                            v["condition"] = json!(c);
+                        }
+                        v
+                    })
+                    .collect(),
+            ),
+        );
+    }
+    port
+}
+
+/// The DPCS scheduling intent: `streaming` with the trigger and watermark settings, or
+/// `onDemand` for a batch plan (it runs when `etlantic run` is invoked).
+fn dpcs_scheduling(plan: &PipelinePlan) -> Value {
+    if !streaming(plan) {
+        return json!([{"id": "etlantic-run", "mode": "onDemand"}]);
+    }
+    let p = &plan.profile;
+    let mut intent = json!({
+        "id": "etlantic-run",
+        "mode": "streaming",
+        "etlantic:trigger": p.trigger.unwrap_or_default().to_string(),
+        "etlantic:watermarkPolicy": p.watermark_policy,
+        "etlantic:noDataBatches": p.no_data_batches,
+    });
+    if let Some(g) = p.require_guarantee {
+        intent["etlantic:requireGuarantee"] = json!(g.as_str());
+    }
+    json!([intent])
+}
+
 /// Writes the documents of `standard` under `out`; returns the files written.
 pub fn generate(plan: &PipelinePlan, standard: Standard, out: &Path) -> Result<Vec<PathBuf>> {
     let mut written = Vec::new();
@@ -94,7 +300,7 @@ pub fn generate(plan: &PipelinePlan, standard: Standard, out: &Path) -> Result<V
                 let inputs: Vec<Value> = t
                     .inputs
                     .iter()
-                    .map(|(port, from)| json!({"id": port, "schema": {"fields": schema_fields(plan, from)}}))
+                    .map(|(port, from)| dtcs_input(plan, port, from))
                     .collect();
                 let doc = json!({
                     "dtcsVersion": "1.0.0",
@@ -102,7 +308,11 @@ pub fn generate(plan: &PipelinePlan, standard: Standard, out: &Path) -> Result<V
                     "name": t.id,
                     "version": "0.1.0",
                     "inputs": inputs,
-                    "outputs": [{"id": output, "schema": {"fields": schema_fields(plan, &t.id)}}],
+                    "outputs": [{
+                        "id": output,
+                        "schema": {"fields": schema_fields(plan, &t.id)},
+                        "streaming": streaming_mode(unbounded(plan, &t.id)),
+                    }],
                     "lineage": {"mappings": [{"output": output, "inputs": t.inputs.keys().collect::<Vec<_>>()}]},
                 });
                 let yaml = serde_yaml::to_string(&doc).expect("JSON values serialise");
@@ -185,19 +395,14 @@ pub fn generate(plan: &PipelinePlan, standard: Standard, out: &Path) -> Result<V
                 "name": plan.pipeline,
                 "version": "0.1.0",
                 "interface": {
-                    "inputs": plan.sources.iter().map(|s| json!({
-                        "id": s.id, "name": s.id, "contractRef": format!("odcs:{}", s.asset),
-                        "purpose": format!("Pipeline source '{}'", s.id), "etlantic:binding": s.asset,
-                    })).collect::<Vec<_>>(),
-                    "outputs": plan.sinks.iter().map(|s| json!({
-                        "id": s.id, "name": s.id, "contractRef": format!("odcs:{}", s.asset),
-                        "purpose": format!("Pipeline sink '{}'", s.id), "etlantic:binding": s.asset,
-                    })).collect::<Vec<_>>(),
+                    "inputs": plan.sources.iter().map(|s| dpcs_input(plan, s)).collect::<Vec<_>>(),
+                    "outputs": plan.sinks.iter().map(|s| dpcs_output(plan, s)).collect::<Vec<_>>(),
                 },
                 "contractReferences": refs,
                 "steps": steps,
                 "graph": {"edges": []},
                 "dataFlow": flows,
+                "scheduling": dpcs_scheduling(plan),
             });
             let yaml = serde_yaml::to_string(&doc).expect("JSON values serialise");
             let parsed = dpcs::parse_yaml(&yaml)

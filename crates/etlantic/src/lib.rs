@@ -26,6 +26,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod contract_diff;
 pub mod dlq;
 pub mod emit;
 pub mod generate;
@@ -89,6 +90,8 @@ pub mod exit {
     pub const PLANNING_FAILED: i32 = 3;
     /// Running the plan failed.
     pub const EXECUTION_FAILED: i32 = 4;
+    /// `etlantic diff` of two contract versions found at least one breaking change.
+    pub const BREAKING_CHANGES: i32 = 5;
 
     /// The exit code for an error, from the phase of its first error diagnostic.
     pub fn for_error(e: &etlantic_core::Error) -> i32 {

@@ -1,5 +1,6 @@
 //! The `etlantic` command line. Exit codes: 0 ok, 1 invalid pipeline, 2 usage error,
-//! 3 planning failure, 4 execution failure (see `etlantic::exit`).
+//! 3 planning failure, 4 execution failure, 5 breaking contract changes found by `diff`
+//! (see `etlantic::exit`).
 
 use clap::{Parser, Subcommand, ValueEnum};
 use etlantic::exit;
@@ -14,7 +15,10 @@ use std::path::{Path, PathBuf};
 #[command(
     name = "etlantic",
     version,
-    about = "Typed, contract-checked pipelines, batch or streaming, on pluggable backends"
+    about = "Typed, contract-checked pipelines, batch or streaming, on pluggable backends",
+    after_help = "Exit codes: 0 success; 1 invalid pipeline, profile or contract; 2 command-line usage \
+(also: `diff` of documents of different kinds); 3 planning failure; 4 execution failure; \
+5 `diff` of two contract versions found a breaking change."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -146,11 +150,17 @@ enum Command {
         #[command(subcommand)]
         command: DlqCommand,
     },
-    /// Compare two plans (each a saved plan .json or a pipeline .yaml planned with --profile).
+    /// Compare two plans (each a saved plan .json or a pipeline .yaml planned with --profile),
+    /// or two versions of a contract (ODCS, DTCS or DPCS, YAML or JSON).
+    ///
+    /// Contracts are compared with their standard's crate, which classifies every change
+    /// as breaking or compatible. Exit code 5 when any change is breaking, 0 when all are
+    /// compatible; 2 when the two files are not of the same kind (ETL009); 1 when one does
+    /// not parse or validate (ETL005, ETL010).
     Diff {
-        /// The old plan or pipeline.
+        /// The old plan, pipeline or contract.
         old: PathBuf,
-        /// The new plan or pipeline.
+        /// The new plan, pipeline or contract.
         new: PathBuf,
         /// Profile for pipeline files.
         #[arg(short, long)]
@@ -397,6 +407,20 @@ fn main() {
             profile,
             format,
         } => {
+            match etlantic::contract_diff::diff_files(&old, &new) {
+                Ok(Some(d)) => {
+                    match format {
+                        Format::Human => print!("{}", d.render_text()),
+                        _ => println!("{}", serde_json::to_string_pretty(&d).expect("serialises")),
+                    }
+                    std::process::exit(d.exit_code());
+                }
+                Err(e) => {
+                    print_diags(&e.0, format);
+                    std::process::exit(etlantic::contract_diff::exit_code_for_error(&e));
+                }
+                Ok(None) => {}
+            }
             let a = plan_or_pipeline(&old, profile.as_deref(), format);
             let b = plan_or_pipeline(&new, profile.as_deref(), format);
             match (a, b) {

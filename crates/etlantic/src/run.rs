@@ -6,12 +6,13 @@
 //! plan itself, so a saved plan runs without the original files.
 
 use chrono::{SecondsFormat, Utc};
-use etlantic_core::data::{RejectedRecord, Table};
+use etlantic_core::data::{RejectedRecord, RowOrigins, Table};
 use etlantic_core::diagnostics::{codes, Diagnostic, Error, Result};
 use etlantic_core::plugin::{self, ReadLimit, SinkBatch, SinkContext, SourceContext, WriteOutcome};
 use etlantic_core::profile::{resolve_secrets, OnError, Profile};
 use etlantic_core::streaming::ExecutionMode;
 use etlantic_core::uri::BindingUri;
+use etlantic_datafusion::quality::{QualityGate, RuleCount};
 use etlantic_plan::plan::PipelinePlan;
 use indexmap::IndexMap;
 use serde::Serialize;
@@ -37,6 +38,47 @@ pub struct SinkReport {
     pub id: String,
     /// Rows written.
     pub rows: u64,
+}
+
+/// One contract quality rule's outcome over a run (summed over the micro-batches of a
+/// streaming run).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct QualityReport {
+    /// The asset whose contract has the rule.
+    pub asset: String,
+    /// The rule id.
+    pub id: String,
+    /// The policy in force.
+    pub policy: etlantic_core::contract::rules::Policy,
+    /// Offending rows (for `rowCount` and `sql`: the evaluations that failed).
+    pub violations: u64,
+    /// Evaluations (the batch, or micro-batches) in which the rule broke its threshold.
+    pub failed: u64,
+    /// Rows the policy took out (dropped or quarantined).
+    pub removed: u64,
+}
+
+impl QualityReport {
+    /// Adds one evaluation's outcome to the rule's entry in `into`.
+    fn add(into: &mut Vec<QualityReport>, asset: &str, c: &RuleCount) {
+        let entry = match into.iter().position(|q| q.asset == asset && q.id == c.id) {
+            Some(i) => &mut into[i],
+            None => {
+                into.push(QualityReport {
+                    asset: asset.to_string(),
+                    id: c.id.clone(),
+                    policy: c.policy,
+                    violations: 0,
+                    failed: 0,
+                    removed: 0,
+                });
+                into.last_mut().expect("pushed")
+            }
+        };
+        entry.violations += c.violations;
+        entry.failed += u64::from(c.failed);
+        entry.removed += c.removed;
+    }
 }
 
 /// What a run did.
@@ -65,6 +107,9 @@ pub struct RunReport {
     pub quarantine: String,
     /// Records quarantined in total.
     pub quarantined: u64,
+    /// The outcomes of the contracts' quality rules (see `docs/streaming.md`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub quality: Vec<QualityReport>,
     /// Errors, when the run failed.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<Diagnostic>,
@@ -189,6 +234,7 @@ pub async fn run_batch(plan: &PipelinePlan, ctx: &RunContext) -> RunReport {
         sinks: vec![],
         quarantine: String::new(),
         quarantined: 0,
+        quality: vec![],
         errors: vec![],
     };
     let scrub = Scrubber::for_plan(plan, ctx);
@@ -242,12 +288,7 @@ async fn run_batch_inner(
             Some(end) => source.read(None, &end).await?,
             None => Default::default(),
         };
-        let rejected = batch.rejected.len() as u64;
-        report.sources.push(SourceReport {
-            id: s.id.clone(),
-            rows: batch.num_rows() as u64,
-            rejected,
-        });
+        let mut rejected = batch.rejected.len() as u64;
         if rejected > 0 {
             let records: Vec<RejectedRecord> = batch
                 .rejected
@@ -257,7 +298,34 @@ async fn run_batch_inner(
             handle_rejects(plan, &records, &qpath, &mut quarantine, run_id)?;
             report.quarantined += rejected;
         }
-        relations.insert(s.id.clone(), Table::new(source.schema(), batch.batches));
+        let origins = batch.origins;
+        let mut table = Table::new(source.schema(), batch.batches);
+        // The contract's quality rules the decoder did not check, on the whole input.
+        let gate = QualityGate::for_asset(
+            plan,
+            &s.asset,
+            source.schema(),
+            source.checks_record_rules(),
+        )?;
+        if let Some(gate) = gate {
+            let taken = apply_gate(
+                &gate,
+                table,
+                &origins,
+                report,
+                (&qpath, &mut quarantine, run_id),
+                scrub,
+            )
+            .await?;
+            table = taken.0;
+            rejected += taken.1;
+        }
+        report.sources.push(SourceReport {
+            id: s.id.clone(),
+            rows: table.num_rows() as u64,
+            rejected,
+        });
+        relations.insert(s.id.clone(), table);
     }
 
     // 2. Regions, in order.
@@ -304,7 +372,20 @@ async fn run_batch_inner(
                 ),
             )
         })?;
-        let table = table.conform_to(&contract.arrow_schema())?;
+        let mut table = table.conform_to(&contract.arrow_schema())?;
+        // The sink contract's quality rules, before anything is published.
+        if let Some(gate) = QualityGate::for_asset(plan, &s.asset, table.schema.clone(), false)? {
+            table = apply_gate(
+                &gate,
+                table,
+                &RowOrigins::default(),
+                report,
+                (&qpath, &mut quarantine, run_id),
+                scrub,
+            )
+            .await?
+            .0;
+        }
         let uri = ctx.resolve_uri(&plan.assets[&s.asset].binding)?;
         let provider = plugin::sink_provider(&uri.scheme).ok_or_else(|| {
             Error::new(
@@ -343,6 +424,42 @@ async fn run_batch_inner(
     Ok(())
 }
 
+/// The quarantine file, its writer (opened on first use) and the run id.
+type QuarantineOut<'a> = (
+    &'a Path,
+    &'a mut Option<etlantic_sinks::quarantine::QuarantineWriter>,
+    &'a str,
+);
+
+/// Runs a quality gate on a whole input of a batch run (row positions from `origins`):
+/// counts its rules in the report and quarantines what its quarantine policies took out
+/// (a `fail` policy's error stops the run). Returns the rows that go on and how many were
+/// quarantined.
+async fn apply_gate(
+    gate: &QualityGate,
+    table: Table,
+    origins: &RowOrigins,
+    report: &mut RunReport,
+    (qpath, quarantine, run_id): QuarantineOut<'_>,
+    scrub: &Scrubber,
+) -> Result<(Table, u64)> {
+    let out = gate.apply_at(table, origins).await?;
+    for c in &out.counts {
+        QualityReport::add(&mut report.quality, gate.asset(), c);
+    }
+    let n = out.quarantined.len() as u64;
+    if n > 0 {
+        let records: Vec<RejectedRecord> = out
+            .quarantined
+            .into_iter()
+            .map(|r| scrub.record(r))
+            .collect();
+        write_quarantine(&records, qpath, quarantine, run_id)?;
+        report.quarantined += n;
+    }
+    Ok((out.table, n))
+}
+
 fn handle_rejects(
     plan: &PipelinePlan,
     rejected: &[RejectedRecord],
@@ -374,6 +491,16 @@ fn handle_rejects(
         }
         return Err(Error(d));
     }
+    write_quarantine(rejected, path, writer, run_id)
+}
+
+/// Appends records to the quarantine file, opening it on first use.
+fn write_quarantine(
+    rejected: &[RejectedRecord],
+    path: &Path,
+    writer: &mut Option<etlantic_sinks::quarantine::QuarantineWriter>,
+    run_id: &str,
+) -> Result<()> {
     if writer.is_none() {
         *writer = Some(etlantic_sinks::quarantine::QuarantineWriter::open(path)?);
     }
@@ -411,6 +538,7 @@ pub async fn run_streaming(plan: &PipelinePlan, ctx: &RunContext, run: Streaming
         sinks: vec![],
         quarantine: String::new(),
         quarantined: 0,
+        quality: vec![],
         errors: vec![],
     };
     let totals = std::sync::Arc::new(std::sync::Mutex::new((
@@ -418,10 +546,12 @@ pub async fn run_streaming(plan: &PipelinePlan, ctx: &RunContext, run: Streaming
         0u64,
         0u64,
     )));
+    let quality_totals = std::sync::Arc::new(std::sync::Mutex::new(Vec::<QualityReport>::new()));
     let result: Result<()> = async {
         let checkpoint = checkpoint_dir(plan, ctx)?;
         let resolver_ctx = ctx.clone();
         let t = totals.clone();
+        let quality = quality_totals.clone();
         let user = run.on_progress.clone();
         let listener: etlantic_datafusion::streaming::ProgressListener =
             std::sync::Arc::new(move |p: &serde_json::Value| {
@@ -438,6 +568,20 @@ pub async fn run_streaming(plan: &PipelinePlan, ctx: &RunContext, run: Streaming
                     }
                     g.1 += p["sink"]["numOutputRows"].as_u64().unwrap_or(0);
                     g.2 += p["quarantinedRows"].as_u64().unwrap_or(0);
+                }
+                if let Ok(mut q) = quality.lock() {
+                    for c in p["quality"].as_array().into_iter().flatten() {
+                        let count = RuleCount {
+                            id: c["id"].as_str().unwrap_or_default().to_string(),
+                            policy: serde_json::from_value(c["policy"].clone())
+                                .unwrap_or(etlantic_core::contract::rules::Policy::Warn),
+                            violations: c["violations"].as_u64().unwrap_or(0),
+                            measure: c["measure"].as_f64().unwrap_or(0.0),
+                            failed: c["failed"].as_bool().unwrap_or(false),
+                            removed: c["removed"].as_u64().unwrap_or(0),
+                        };
+                        QualityReport::add(&mut q, c["asset"].as_str().unwrap_or_default(), &count);
+                    }
                 }
                 if let Some(u) = &user {
                     u(p);
@@ -480,6 +624,9 @@ pub async fn run_streaming(plan: &PipelinePlan, ctx: &RunContext, run: Streaming
             rows: g.1,
         }];
         report.quarantined = g.2;
+    }
+    if let Ok(q) = quality_totals.lock() {
+        report.quality = q.clone();
     }
     if let Ok((_, q)) = quarantine_path(plan, ctx) {
         report.quarantine = q;

@@ -320,3 +320,117 @@ fn dlq_list_counts_and_dlq_show_filters_the_quarantine() {
     assert!(shown.iter().all(|l| l["code"] == "ETL701"));
     assert_eq!(shown[0]["position"]["line"], 5);
 }
+
+/// A batch run applies the contracts' quality rules like a stream does: the source's
+/// rules on the whole input after decoding (a repeated key and an unknown status are
+/// quarantined with their rule), the sink's before it writes (warned here, by the
+/// profile), every rule counted in the run report; `explain` lists each rule with where it
+/// is evaluated and its policy.
+#[test]
+fn batch_runs_apply_quality_rules_and_explain_lists_them() {
+    let p = Project::init();
+    p.edit(
+        "contracts/orders.odcs.yaml",
+        "      - name: \"status\"\n        logicalType: \"string\"\n        required: true\n",
+        "      - name: \"status\"\n        logicalType: \"string\"\n        required: true\n        quality:\n          - id: known\n            metric: invalidValues\n            arguments: {validValues: [paid, shipped, cancelled]}\n            mustBe: 0\n",
+    );
+    p.edit(
+        "contracts/customer_revenue.odcs.yaml",
+        "      - name: \"revenue\"\n        logicalType: \"number\"\n",
+        "      - name: \"revenue\"\n        logicalType: \"number\"\n        logicalTypeOptions: {maximum: 25}\n",
+    );
+    p.edit(
+        "profiles/local.yaml",
+        "on_error: quarantine\n",
+        "on_error: quarantine\nquality_policies:\n  customer_revenue.revenue.range: warn\n",
+    );
+    p.write(
+        "data/orders.jsonl",
+        r#"{"order_id": 1, "customer": "acme", "amount": 10.0, "status": "paid"}
+{"order_id": 2, "customer": "acme", "amount": 20.0, "status": "lost"}
+{"order_id": 3, "customer": "globex", "amount": 30.0, "status": "paid"}
+{"order_id": 3, "customer": "globex", "amount": 5.0, "status": "paid"}
+"#,
+    );
+    let r = p.run(&["run", "--format", "json"]);
+    let report = check_report(&r, 2, 2, 2);
+    // acme 10 (order 2 quarantined), globex 30 (the repeated order 3 quarantined): 30
+    // breaks the sink's maximum and is published with a warning.
+    assert_eq!(
+        p.read("out/customer_revenue.csv"),
+        "customer,orders,revenue\nacme,1,10.0\nglobex,1,30.0\n"
+    );
+    let mut quality: Vec<(String, String, u64, u64, u64)> = report["quality"]
+        .as_array()
+        .expect("a quality member")
+        .iter()
+        .map(|q| {
+            (
+                q["id"].as_str().unwrap().to_string(),
+                q["policy"].as_str().unwrap().to_string(),
+                q["violations"].as_u64().unwrap(),
+                q["failed"].as_u64().unwrap(),
+                q["removed"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    quality.sort();
+    assert_eq!(
+        quality,
+        vec![
+            (
+                "customer_revenue.revenue.range".into(),
+                "warn".into(),
+                1,
+                1,
+                0
+            ),
+            (
+                "orders.order_id.unique".into(),
+                "quarantine".into(),
+                1,
+                1,
+                1
+            ),
+            ("orders.status.known".into(), "quarantine".into(), 1, 1, 1),
+        ],
+        "{report:#}"
+    );
+    let q = quarantined(&p);
+    assert_eq!(q.len(), 2, "{q:#?}");
+    let reasons: Vec<&str> = q.iter().map(|l| l["reason"].as_str().unwrap()).collect();
+    assert!(
+        reasons.iter().any(|r| r.contains("orders.status.known")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.iter().any(|r| r.contains("orders.order_id.unique")),
+        "{reasons:?}"
+    );
+    for l in &q {
+        assert_eq!(l["code"], "ETL704");
+        assert!(l["raw"].as_str().unwrap().contains("order_id"), "{l}");
+        assert_eq!(l["position"]["file"], "data/orders.jsonl", "{l}");
+    }
+    // The source positions of the rows the rules took out, not their index after decoding.
+    let mut lines: Vec<u64> = q
+        .iter()
+        .map(|l| l["position"]["line"].as_u64().expect("a line"))
+        .collect();
+    lines.sort();
+    assert_eq!(lines, vec![2, 4]);
+
+    let explain = p.run(&["explain"]);
+    explain.ok();
+    let text = explain.all_output();
+    assert!(text.contains("Quality rules"), "{text}");
+    assert!(
+        text.contains("orders.status.known (invalid_values) → quarantine: on the whole input"),
+        "{text}"
+    );
+    assert!(
+        text.contains("customer_revenue.revenue.range (range) → warn: on each record, before the sink publishes it"),
+        "{text}"
+    );
+    assert!(text.contains("orders.order_id.range (range) → quarantine: on each record, while the source decodes it"), "{text}");
+}

@@ -69,6 +69,12 @@ catalogue! {
     BAD_DURATION = ("ETL008", "bad-duration", Load, Error,
         "A duration cannot be parsed.",
         "Write durations as `<integer> <unit>` with unit milliseconds, seconds, minutes, hours or days, e.g. `5 minutes`.");
+    CONTRACT_KIND_MISMATCH = ("ETL009", "contract-kind-mismatch", Load, Error,
+        "`etlantic diff` was given two documents of different kinds: contracts of two different standards (ODCS, DTCS, DPCS), or a contract and a pipeline or plan.",
+        "Compare two versions of the same kind of document: two ODCS data contracts, two DTCS transformation contracts, two DPCS pipeline contracts, or two plans/pipelines.");
+    CONTRACT_DOCUMENT_INVALID = ("ETL010", "contract-document-invalid", Load, Error,
+        "A DTCS transformation contract or DPCS pipeline contract failed to parse or to validate.",
+        "Fix the document; the message quotes the DTCS or DPCS validator (`etlantic generate dtcs|dpcs` writes valid ones).");
 
     // ---- structural ----
     DUPLICATE_ID = ("ETL101", "duplicate-id", Structural, Error,

@@ -1,7 +1,7 @@
 //! The source plugin contract.
 
 use crate::contract::Contract;
-use crate::data::{Offset, RejectedRecord};
+use crate::data::{Offset, RejectedRecord, RowOrigins};
 use crate::diagnostics::Result;
 use crate::guarantee::SourceGuarantee;
 use crate::streaming::ExecutionMode;
@@ -39,6 +39,9 @@ pub struct SourceBatch {
     pub batches: Vec<RecordBatch>,
     /// Records that did not parse or did not satisfy the contract, with their positions.
     pub rejected: Vec<RejectedRecord>,
+    /// Where the good rows came from, row for row (empty when the source does not say;
+    /// a source that fills it must cover every row of `batches`, in order).
+    pub origins: RowOrigins,
 }
 
 impl SourceBatch {

@@ -28,12 +28,11 @@ use super::progress::{ProgressBuilder, SourceProgress, StateProgress};
 use super::static_source::StaticSource;
 use super::watermark::WatermarkTracker;
 use crate::quality::{QualityGate, RuleCount};
-use arrow::array::RecordBatch;
+use arrow::array::{Array, RecordBatch};
 use arrow::datatypes::SchemaRef;
 use chrono::Utc;
 use etlantic_core::canonical;
-use etlantic_core::contract::rules::RuleSet;
-use etlantic_core::data::{Offset, RejectedRecord, SourcePosition, Table};
+use etlantic_core::data::{Offset, RejectedRecord, RowOrigins, SourcePosition, Table};
 use etlantic_core::diagnostics::{codes, Diagnostic, Diagnostics, Error, Result};
 use etlantic_core::plugin::{
     self, ReadLimit, Sink, SinkBatch, SinkContext, Source, SourceContext, WriteOutcome,
@@ -121,36 +120,17 @@ fn fail_point() -> Option<(FailPoint, u64)> {
     Some((point, n))
 }
 
-/// The quality gate of `asset`'s contract (see [`crate::quality`]), with the profile's
-/// policies.
-fn quality_gate(
-    plan: &PipelinePlan,
-    asset: &str,
-    schema: SchemaRef,
-    decoded: bool,
-) -> Result<Option<QualityGate>> {
-    let contract = plan.asset_contract(asset)?;
-    let rules = RuleSet::of(&contract)?;
-    QualityGate::new(
-        asset,
-        &contract.object,
-        &rules,
-        schema,
-        &plan.profile.quality_policies,
-        plan.profile.on_error.as_policy(),
-        decoded,
-    )
-}
-
-/// Runs `gate` on `table` (positions are row indexes), counts its rules in `stats` and
-/// adds what its quarantine policy took out to `ruled_out`; returns the rows that go on.
+/// Runs `gate` on `table` (row positions from `origins`, else row indexes), counts its
+/// rules in `stats` and adds what its quarantine policy took out to `ruled_out`; returns
+/// the rows that go on.
 async fn gated(
     gate: &QualityGate,
     table: Table,
+    origins: &RowOrigins,
     stats: &mut BatchStats,
     ruled_out: &mut Vec<RejectedRecord>,
 ) -> Result<Table> {
-    let out = gate.apply_by_row(table).await?;
+    let out = gate.apply_at(table, origins).await?;
     ruled_out.extend(out.quarantined);
     let asset = gate.asset();
     stats
@@ -418,7 +398,7 @@ impl StreamingQuery {
                 state_dir: Some(checkpoint.source_dir(n)),
             })?;
             let mut source = source;
-            let gate = quality_gate(
+            let gate = QualityGate::for_asset(
                 plan,
                 &s.asset,
                 source.schema(),
@@ -477,7 +457,7 @@ impl StreamingQuery {
                 output_mode: s.output_mode,
                 schema: contract.arrow_schema(),
                 description: etlantic_core::uri::redact(&binding),
-                gate: quality_gate(plan, &s.asset, contract.arrow_schema(), false)?,
+                gate: QualityGate::for_asset(plan, &s.asset, contract.arrow_schema(), false)?,
             });
         }
         let side_sinks: HashMap<String, usize> = sources
@@ -942,35 +922,43 @@ impl StreamingQuery {
                 end: None,
             });
             let schema = s.source.schema();
-            let table = match (&range.end, no_data) {
+            let (table, origins) = match (&range.end, no_data) {
                 (Some(end), false) if range.start.as_ref() != Some(end) => {
                     let start = range.start.clone().map(Offset);
                     let b = s.source.read(start.as_ref(), &Offset(end.clone())).await?;
                     rejected.extend(b.rejected);
-                    Table::new(schema, b.batches)
+                    (Table::new(schema, b.batches), b.origins)
                 }
-                _ => Table::empty(schema),
+                _ => (Table::empty(schema), RowOrigins::default()),
             };
             let rows = table.num_rows() as u64;
             stats.input_rows.insert(s.id.clone(), rows);
             // Batch-level quality rules of the source contract, on what this batch read.
             let table = match &s.gate {
-                Some(gate) if rows > 0 => gated(gate, table, &mut stats, &mut ruled_out).await?,
+                Some(gate) if rows > 0 => {
+                    gated(gate, table, &origins, &mut stats, &mut ruled_out).await?
+                }
                 _ => table,
             };
             if let Some(col) = &s.info.event_time {
                 for b in &table.batches {
                     if let Some(c) = b.column_by_name(col) {
                         let t = super::operators::micros(c)?;
-                        for v in t.iter().flatten() {
-                            stats.event_min_us = Some(stats.event_min_us.map_or(v, |m| m.min(v)));
-                            stats.event_max_us = Some(stats.event_max_us.map_or(v, |m| m.max(v)));
-                            stats.event_sum += v as i128;
-                            stats.event_count += 1;
-                        }
-                        if let Some(max) = arrow::compute::max(&t) {
-                            self.watermark.observe(&s.id, max);
-                        }
+                        // Whole-column kernels: this runs on every input row.
+                        let (Some(min), Some(max)) =
+                            (arrow::compute::min(&t), arrow::compute::max(&t))
+                        else {
+                            continue;
+                        };
+                        stats.event_min_us = Some(stats.event_min_us.map_or(min, |m| m.min(min)));
+                        stats.event_max_us = Some(stats.event_max_us.map_or(max, |m| m.max(max)));
+                        stats.event_sum += if t.null_count() == 0 {
+                            t.values().iter().map(|&v| v as i128).sum::<i128>()
+                        } else {
+                            t.iter().flatten().map(|v| v as i128).sum::<i128>()
+                        };
+                        stats.event_count += (t.len() - t.null_count()) as u64;
+                        self.watermark.observe(&s.id, max);
                     }
                 }
             }
@@ -1187,7 +1175,14 @@ impl StreamingQuery {
             };
             let mut table = table.conform_to(&s.schema)?;
             if let (Some(gate), false) = (&s.gate, is_side) {
-                table = gated(gate, table, &mut stats, &mut sink_ruled_out).await?;
+                table = gated(
+                    gate,
+                    table,
+                    &RowOrigins::default(),
+                    &mut stats,
+                    &mut sink_ruled_out,
+                )
+                .await?;
             }
             let outcome = s
                 .sink

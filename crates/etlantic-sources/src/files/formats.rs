@@ -127,6 +127,35 @@ pub(crate) fn read_file(
     })
 }
 
+/// The lines of a text file's good rows, gathered into origin runs of consecutive lines
+/// (a rejected or blank line ends a run).
+#[derive(Default)]
+struct LineRuns {
+    first: u64,
+    count: u64,
+}
+
+impl LineRuns {
+    fn good(&mut self, line: u64, ctx: &ReadCtx<'_>, rel: &str, out: &mut SourceBatch) {
+        if self.count > 0 && self.first + self.count == line {
+            self.count += 1;
+        } else {
+            self.close(ctx, rel, out);
+            self.first = line;
+            self.count = 1;
+        }
+    }
+
+    fn close(&mut self, ctx: &ReadCtx<'_>, rel: &str, out: &mut SourceBatch) {
+        if self.count > 0 {
+            let mut first = ctx.position(rel);
+            first.line = Some(self.first);
+            out.origins.push_run(first, self.count);
+            self.count = 0;
+        }
+    }
+}
+
 fn flush(builder: &mut BatchBuilder, out: &mut SourceBatch) -> Result<()> {
     if let Some(b) = builder.finish()? {
         out.batches.push(b);
@@ -138,6 +167,7 @@ fn read_jsonl(ctx: &ReadCtx<'_>, path: &Path, rel: &str, out: &mut SourceBatch) 
     let bytes = std::fs::read(path).map_err(|e| io_error("read", path, e))?;
     let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&bytes);
     let mut builder = ctx.decoder.builder();
+    let mut runs = LineRuns::default();
     for (i, line) in bytes.split(|b| *b == b'\n').enumerate() {
         let lineno = i as u64 + 1;
         let line = line.strip_suffix(b"\r").unwrap_or(line);
@@ -172,6 +202,7 @@ fn read_jsonl(ctx: &ReadCtx<'_>, path: &Path, rel: &str, out: &mut SourceBatch) 
         };
         match builder.push_json(&value) {
             Ok(()) => {
+                runs.good(lineno, ctx, rel, out);
                 if builder.len() >= ctx.batch_size {
                     flush(&mut builder, out)?;
                 }
@@ -179,6 +210,7 @@ fn read_jsonl(ctx: &ReadCtx<'_>, path: &Path, rel: &str, out: &mut SourceBatch) 
             Err(p) => reject(p, out),
         }
     }
+    runs.close(ctx, rel, out);
     flush(&mut builder, out)
 }
 
@@ -237,6 +269,7 @@ fn read_csv(ctx: &ReadCtx<'_>, path: &Path, rel: &str, out: &mut SourceBatch) ->
         ((0..n).map(Some).collect(), n)
     };
     let mut builder = ctx.decoder.builder();
+    let mut runs = LineRuns::default();
     loop {
         if !reader.read_byte_record(&mut record).map_err(csv_error)? {
             break;
@@ -277,6 +310,7 @@ fn read_csv(ctx: &ReadCtx<'_>, path: &Path, rel: &str, out: &mut SourceBatch) ->
         let values: Vec<Option<&str>> = mapping.iter().map(|m| m.map(|i| fields[i])).collect();
         match builder.push_text(&values) {
             Ok(()) => {
+                runs.good(line, ctx, rel, out);
                 if builder.len() >= ctx.batch_size {
                     flush(&mut builder, out)?;
                 }
@@ -284,6 +318,7 @@ fn read_csv(ctx: &ReadCtx<'_>, path: &Path, rel: &str, out: &mut SourceBatch) ->
             Err(p) => out.rejected.push(p.into_rejected(pos, raw)),
         }
     }
+    runs.close(ctx, rel, out);
     flush(&mut builder, out)
 }
 
@@ -426,6 +461,23 @@ fn read_parquet(ctx: &ReadCtx<'_>, path: &Path, rel: &str, out: &mut SourceBatch
     let mut row_base = 0u64;
     for batch in decode_parquet(ctx, path)? {
         let conformed = ctx.decoder.conform_batch(&batch)?;
+        // The good rows are the rows between the rejected ones, in order.
+        let mut next = 0u64;
+        let mut rejected: Vec<usize> = conformed.rejected.iter().map(|(i, _)| *i).collect();
+        rejected.sort_unstable();
+        rejected.dedup();
+        for i in rejected
+            .iter()
+            .map(|&i| i as u64)
+            .chain([batch.num_rows() as u64])
+        {
+            if i > next {
+                let mut first = ctx.position(rel);
+                first.row = Some(row_base + next);
+                out.origins.push_run(first, i - next);
+            }
+            next = i + 1;
+        }
         for (i, problem) in conformed.rejected {
             let mut pos = ctx.position(rel);
             pos.row = Some(row_base + i as u64);
