@@ -138,7 +138,18 @@ impl QualityGate {
                 &rule.id,
                 policy,
             ) {
-                diags.extend(e.0);
+                // A policy from the profile is the profile's error (as the planner reports
+                // it); one the contract declares stays the contract's.
+                if policies.contains_key(&rule.id) {
+                    for d in e.0 .0 {
+                        diags.push(
+                            Diagnostic::new(&codes::UNKNOWN_QUALITY_RULE, d.message)
+                                .at(format!("quality_policies.{}", rule.id)),
+                        );
+                    }
+                } else {
+                    diags.extend(e.0);
+                }
                 continue;
             }
             let names: Vec<&str> = match (&rule.check, &rule.field) {
@@ -858,5 +869,205 @@ schema:
         )
         .unwrap_err();
         assert!(e.to_string().contains("cannot `quarantine`"), "{e}");
+    }
+
+    /// One contract with a single rule of `kind` (its YAML snippet under a property or the
+    /// object) and its id.
+    fn single_rule(kind: &str) -> (String, &'static str, &'static str) {
+        let (field, snippet, id): (Option<&str>, &str, &str) = match kind {
+            "range" => (Some("amount"), "logicalTypeOptions: {minimum: 0}", "orders.amount.range"),
+            "length" => (Some("customer"), "logicalTypeOptions: {maxLength: 3}", "orders.customer.length"),
+            "pattern" => (Some("customer"), "logicalTypeOptions: {pattern: \"[a-z]+\"}", "orders.customer.pattern"),
+            "unique" => (Some("id"), "unique: true", "orders.id.unique"),
+            "nullValues" => (Some("status"), "quality: [{id: present, metric: nullValues, mustBe: 0}]", "orders.status.present"),
+            "missingValues" => (Some("status"), "quality: [{id: given, metric: missingValues, arguments: {missingValues: [\"n/a\"]}, mustBe: 0}]", "orders.status.given"),
+            "invalidValues" => (Some("status"), "quality: [{id: known, metric: invalidValues, arguments: {validValues: [new, paid, \"n/a\"]}, mustBe: 0}]", "orders.status.known"),
+            "duplicateValues" => (None, "quality: [{id: one_per_customer, metric: duplicateValues, arguments: {properties: [customer]}, mustBe: 0}]", "orders.one_per_customer"),
+            "rowCount" => (None, "quality: [{id: small, metric: rowCount, mustBeLessThan: 3}]", "orders.small"),
+            "sql" => (None, "quality: [{id: no_negative, type: sql, query: \"SELECT COUNT(*) FROM orders WHERE amount < 0\", mustBe: 0}]", "orders.no_negative"),
+            other => panic!("unknown rule kind {other}"),
+        };
+        let prop = |name: &str, t: &str| {
+            let extra = match field {
+                Some(f) if f == name => format!("\n        {snippet}"),
+                _ => String::new(),
+            };
+            format!("      - name: \"{name}\"\n        logicalType: \"{t}\"{extra}\n")
+        };
+        let object_rules = match field {
+            None => format!("    {snippet}\n"),
+            Some(_) => String::new(),
+        };
+        let doc = format!(
+            "version: \"1.0.0\"\napiVersion: \"v3.1.0\"\nkind: \"DataContract\"\nid: \"orders\"\nstatus: \"active\"\nschema:\n  - name: \"orders\"\n    logicalType: \"object\"\n{object_rules}    properties:\n{}{}{}{}",
+            prop("id", "integer"),
+            prop("amount", "number"),
+            prop("status", "string"),
+            prop("customer", "string"),
+        );
+        let offending = match kind {
+            "range" | "length" | "pattern" => "1",
+            "unique" | "nullValues" | "duplicateValues" => "2",
+            "missingValues" => "3",
+            "invalidValues" => "4",
+            _ => "",
+        };
+        (doc, id, offending)
+    }
+
+    /// Five rows; the comments name the rules each one breaks.
+    fn matrix_table() -> Table {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, true),
+            Field::new("amount", DataType::Float64, true),
+            Field::new("status", DataType::Utf8, true),
+            Field::new("customer", DataType::Utf8, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                // 0: good; 1: amount < 0, customer too long and not lower case (and the
+                // sql count); 2: id and customer repeated, status null; 3: status `n/a`
+                // (missing); 4: status `lost` (invalid).
+                Arc::new(Int64Array::from(vec![1, 2, 1, 3, 4])),
+                Arc::new(Float64Array::from(vec![10.0, -5.0, 20.0, 30.0, 40.0])),
+                Arc::new(StringArray::from(vec![
+                    Some("new"),
+                    Some("paid"),
+                    None,
+                    Some("n/a"),
+                    Some("lost"),
+                ])),
+                Arc::new(StringArray::from(vec!["ann", "Bobby", "ann", "dee", "eve"])),
+            ],
+        )
+        .unwrap();
+        Table::new(schema, vec![batch])
+    }
+
+    fn ids(table: &Table) -> Vec<i64> {
+        table
+            .batches
+            .iter()
+            .flat_map(|b| {
+                b.column(0)
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .unwrap()
+                    .values()
+                    .to_vec()
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn every_rule_kind_under_every_policy() {
+        let kinds = [
+            "range",
+            "length",
+            "pattern",
+            "unique",
+            "nullValues",
+            "missingValues",
+            "invalidValues",
+            "duplicateValues",
+            "rowCount",
+            "sql",
+        ];
+        let all_ids = ids(&matrix_table());
+        for kind in kinds {
+            let (doc, id, offending) = single_rule(kind);
+            let contract = Contract::parse(&doc, "orders.yaml", None)
+                .unwrap_or_else(|e| panic!("{kind}: {e}\n{doc}"));
+            let rules = RuleSet::of(&contract).unwrap();
+            assert!(
+                rules.rules.iter().any(|r| r.id == id),
+                "{kind}: rule {id} in {:?}",
+                rules.rules
+            );
+            let points_at_rows = !offending.is_empty();
+            let bad: Vec<usize> = offending
+                .split(',')
+                .filter(|s| !s.is_empty())
+                .map(|s| s.parse().unwrap())
+                .collect();
+            for policy in [Policy::Fail, Policy::Drop, Policy::Quarantine, Policy::Warn] {
+                let label = format!("{kind} × {}", policy.as_str());
+                let policies: IndexMap<String, Policy> = [(id.to_string(), policy)].into();
+                let gate = QualityGate::new(
+                    "orders",
+                    "orders",
+                    &rules,
+                    matrix_table().schema,
+                    &policies,
+                    Policy::Quarantine,
+                    false,
+                );
+                if !points_at_rows && matches!(policy, Policy::Drop | Policy::Quarantine) {
+                    let e = gate.expect_err(&label);
+                    assert_eq!(e.code(), "ETL222", "{label}: {e}");
+                    continue;
+                }
+                let gate = gate.unwrap().unwrap();
+                let out = gate.apply(matrix_table(), &position).await;
+                if policy == Policy::Fail {
+                    let e = out.expect_err(&label);
+                    assert_eq!(e.code(), "ETL705", "{label}");
+                    assert!(e.to_string().contains(id), "{label}: {e}");
+                    continue;
+                }
+                let out = out.unwrap();
+                let c = count(&out, id);
+                assert!(c.failed, "{label}: the rule fails on this table");
+                assert_eq!(c.policy, policy, "{label}");
+                let kept = ids(&out.table);
+                let expected_kept: Vec<i64> = all_ids
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| policy == Policy::Warn || !bad.contains(i))
+                    .map(|(_, v)| *v)
+                    .collect();
+                assert_eq!(kept, expected_kept, "{label}: rows that go on");
+                match policy {
+                    Policy::Drop => {
+                        assert_eq!(
+                            (out.dropped, out.quarantined.len()),
+                            (bad.len() as u64, 0),
+                            "{label}"
+                        );
+                        assert_eq!(c.removed, bad.len() as u64, "{label}");
+                    }
+                    Policy::Quarantine => {
+                        assert_eq!(out.dropped, 0, "{label}");
+                        let rows: Vec<u64> = out
+                            .quarantined
+                            .iter()
+                            .map(|r| r.position.row.unwrap())
+                            .collect();
+                        assert_eq!(
+                            rows,
+                            bad.iter().map(|&b| b as u64).collect::<Vec<_>>(),
+                            "{label}"
+                        );
+                        for r in &out.quarantined {
+                            assert_eq!(r.code, "ETL704", "{label}");
+                            assert!(r.reason.contains(id), "{label}: {}", r.reason);
+                            assert!(r.raw.starts_with('{'), "{label}: {}", r.raw);
+                        }
+                    }
+                    Policy::Warn => {
+                        assert_eq!(
+                            (out.dropped, out.quarantined.len(), c.removed),
+                            (0, 0, 0),
+                            "{label}"
+                        );
+                        if points_at_rows {
+                            assert_eq!(c.violations, bad.len() as u64, "{label}");
+                        }
+                    }
+                    Policy::Fail => unreachable!(),
+                }
+            }
+        }
     }
 }
