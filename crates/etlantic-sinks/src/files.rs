@@ -18,12 +18,14 @@
 //! `<path>` is a directory. Each micro-batch becomes one data file
 //! `part-<batch id, 5 digits>-<first 8 characters of the query id>.<ext>` (none for an
 //! empty append batch), written atomically, and then — once the data file is durable —
-//! an entry in the sink log `_etlantic_sink/<batch id>` (JSON, also written atomically)
-//! listing the batch's files, its row count and its Arrow schema. A batch whose id is
-//! already in the log is skipped ([`WriteOutcome::AlreadyCommitted`]), so replays after a
-//! crash never duplicate data: the sink is idempotent by batch id
-//! ([`SinkCommitProtocol::IdempotentByBatch`]). A batch id logged by another query is an
-//! error (`ETL709`): use a new output directory for a new query.
+//! an entry in the sink log `_etlantic_sink/<position>` (JSON, also written atomically)
+//! listing the query and batch id, the batch's files, its row count and its Arrow schema.
+//! A batch the log already has for its query is skipped
+//! ([`WriteOutcome::AlreadyCommitted`]), so replays after a crash never duplicate data:
+//! the sink is idempotent by batch id ([`SinkCommitProtocol::IdempotentByBatch`]). The
+//! position is the batch id; when another query's entry holds it (a directory that also
+//! takes the output of `etlantic dlq redrive`, which appends through its own query), the
+//! batch goes after the last entry.
 //!
 //! Output modes: append, and complete (each batch's file replaces all earlier output: the
 //! log entry is marked as replacing, and older data files are deleted after it is
@@ -253,6 +255,7 @@ impl FileSink {
         &self,
         query_id: &str,
         batch_id: u64,
+        position: u64,
         kind: EntryKind,
         data: &Table,
     ) -> Result<()> {
@@ -283,7 +286,7 @@ impl FileSink {
         // leave an orphan file that readers ignore.
         etlantic_core::faults::check(etlantic_core::faults::IN_SINK, batch_id);
         write_atomic(
-            &dir.join(LOG_DIR).join(batch_id.to_string()),
+            &dir.join(LOG_DIR).join(position.to_string()),
             text.as_bytes(),
         )?;
         if entry.replaces {
@@ -658,7 +661,7 @@ impl Sink for FileSink {
                     .keys()
                     .next_back()
                     .map_or(0, |id| id + 1);
-                self.write_dir(batch.query_id, next, EntryKind::Overwrite, batch.data)
+                self.write_dir(batch.query_id, next, next, EntryKind::Overwrite, batch.data)
                     .map_err(in_asset)?;
             } else {
                 write_table(
@@ -681,22 +684,24 @@ impl Sink for FileSink {
                 )))
             }
         };
+        // The log position of a streaming batch is its batch id, unless another query's
+        // entry holds it (a `dlq redrive` appending through its own query): then the batch
+        // goes after the last entry. Either way a (query, batch) is written once.
+        let mut position = batch.batch_id;
         if let Some(entry) = read_entry(&self.path, batch.batch_id).map_err(in_asset)? {
-            if entry.query_id != batch.query_id {
-                return Err(in_asset(Error::new(
-                    &codes::SINK_WRITE_FAILED,
-                    format!(
-                        "batch {} in `{}` was written by query `{}`, not `{}`; use a new output directory for a new query",
-                        batch.batch_id,
-                        self.path.display(),
-                        entry.query_id,
-                        batch.query_id
-                    ),
-                )));
+            if entry.query_id == batch.query_id {
+                return Ok(WriteOutcome::AlreadyCommitted);
             }
-            return Ok(WriteOutcome::AlreadyCommitted);
+            let log = read_log(&self.path).map_err(in_asset)?;
+            if log
+                .values()
+                .any(|e| e.query_id == batch.query_id && e.batch_id == batch.batch_id)
+            {
+                return Ok(WriteOutcome::AlreadyCommitted);
+            }
+            position = log.keys().next_back().map_or(0, |p| p + 1);
         }
-        self.write_dir(batch.query_id, batch.batch_id, kind, batch.data)
+        self.write_dir(batch.query_id, batch.batch_id, position, kind, batch.data)
             .map_err(in_asset)?;
         Ok(WriteOutcome::Written { rows })
     }

@@ -301,12 +301,36 @@ async fn streaming_batches_are_logged_and_replays_are_skipped() {
         6
     );
 
-    // Another query may not claim this directory's batch ids.
-    let e = restarted
+    // Another query's batch 1 (a `dlq redrive` appending here) goes after the last entry,
+    // once: its replay is skipped, and this query's batch 1 is still known as committed.
+    let before = read_committed(&dir)
+        .unwrap()
+        .iter()
+        .map(|b| b.num_rows())
+        .sum::<usize>();
+    let other = restarted
         .write(batch("other-query", 1, OutputMode::Append, &b1))
         .await
-        .unwrap_err();
-    assert_eq!(e.code(), "ETL709");
+        .unwrap();
+    assert!(matches!(other, WriteOutcome::Written { .. }), "{other:?}");
+    for (q, n) in [("other-query", 1), (qid, 1)] {
+        assert_eq!(
+            restarted
+                .write(batch(q, n, OutputMode::Append, &b1))
+                .await
+                .unwrap(),
+            WriteOutcome::AlreadyCommitted,
+            "{q} batch {n}"
+        );
+    }
+    assert_eq!(
+        read_committed(&dir)
+            .unwrap()
+            .iter()
+            .map(|b| b.num_rows())
+            .sum::<usize>(),
+        before + b1.num_rows()
+    );
     // Update mode is not supported by files.
     let e = restarted
         .write(batch(qid, 9, OutputMode::Update, &b1))

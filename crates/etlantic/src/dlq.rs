@@ -184,3 +184,202 @@ mod tests {
         assert_eq!(select(&l, &Filter::default()).len(), 5);
     }
 }
+
+/// What `dlq redrive` did.
+#[derive(Clone, Debug, Serialize)]
+pub struct RedriveReport {
+    /// The source whose quarantined records were replayed.
+    pub source: String,
+    /// Records replayed in this redrive.
+    pub replayed: u64,
+    /// Matching records an earlier redrive already replayed (skipped).
+    pub already_redriven: u64,
+    /// Matching records whose raw text is not a JSON object (a CSV line, a non-JSON
+    /// message), which cannot be replayed.
+    pub not_replayable: u64,
+    /// The redrive's id: a digest of the records it replays, so that a redrive that was
+    /// interrupted resumes from its own checkpoint instead of replaying twice.
+    pub redrive_id: Option<String>,
+    /// The streaming run over the replayed records (its quarantine has what failed again).
+    pub run: Option<crate::run::RunReport>,
+}
+
+/// The file beside the quarantine that lists the records already redriven.
+pub fn ledger_file(quarantine: &Path) -> PathBuf {
+    let mut name = quarantine.file_name().unwrap_or_default().to_os_string();
+    name.push(".redriven");
+    quarantine.with_file_name(name)
+}
+
+/// The identity of a quarantined record: what the runtime writes for it, without the run.
+fn record_key(line: &Value) -> String {
+    serde_json::json!([
+        line["query_id"],
+        line["batch_id"],
+        line["code"],
+        line["reason"],
+        line["field"],
+        line["position"],
+        line["raw"]
+    ])
+    .to_string()
+}
+
+fn refused(message: String) -> etlantic_core::Error {
+    etlantic_core::Error::new(&etlantic_core::diagnostics::codes::REDRIVE_REFUSED, message)
+}
+
+/// Replays the quarantined records of `source` (default: the pipeline's only streaming
+/// source) that `filter` keeps into the pipeline, after a fix to the contract, the
+/// pipeline or the data's producer.
+///
+/// The records (their raw JSON) become the input of a streaming run of the same pipeline
+/// with trigger `available_now`, the source rebound to them and its own checkpoint under
+/// `<quarantine dir>/redrive/<id>/`; the sinks append what passes, and what fails again is
+/// quarantined again (with the redrive file as its position). Nothing is replayed twice:
+/// the records of a finished redrive are listed in [`ledger_file`] and skipped next time,
+/// and an interrupted redrive of the same records has the same id and resumes from its
+/// checkpoint, whose exactly-once sinks write nothing twice.
+///
+/// Refused (`ETL224`) for batch pipelines (a batch run rewrites its outputs: run it again),
+/// stateful ones (a replay would start from empty state and emit partial results), logic
+/// that is not portable, and pipelines that read another stream.
+pub async fn redrive(
+    project: &Project,
+    source: Option<&str>,
+    filter: &Filter,
+) -> Result<RedriveReport> {
+    use etlantic_core::streaming::{ExecutionMode, Trigger};
+    let base = etlantic_plan::plan(project).into_result()?;
+    if base.profile.mode != ExecutionMode::Streaming {
+        return Err(refused(
+            "this is a batch pipeline: fix the source and run it again (a batch run rewrites its outputs)".into(),
+        ));
+    }
+    let streams: Vec<&etlantic_plan::plan::PlanSource> = base
+        .sources
+        .iter()
+        .filter(|s| s.static_refresh.is_none())
+        .collect();
+    let target = match source {
+        Some(id) => base
+            .sources
+            .iter()
+            .find(|s| s.id == id)
+            .ok_or_else(|| refused(format!("the pipeline has no source `{id}`")))?,
+        None if streams.len() == 1 => streams[0],
+        None => {
+            return Err(refused(
+                "name the source to redrive (`--source`): the pipeline reads several".into(),
+            ))
+        }
+    };
+    if streams.iter().any(|s| s.id != target.id) {
+        return Err(refused(format!(
+            "the pipeline reads another stream besides `{}`, which a redrive would read again from its start",
+            target.id
+        )));
+    }
+    for t in &base.transforms {
+        let stateful = match &t.logic {
+            etlantic_plan::plan::PlanLogic::Portable { plan, .. } => {
+                let tp = etlantic_core::ir::TransformPlan::from_value(plan, &t.id)?;
+                tp.decoded().steps.iter().any(|s| s.op.is_stateful())
+            }
+            _ => {
+                return Err(refused(format!(
+                    "transformation `{}` is not a portable plan, so it cannot be checked to keep no state",
+                    t.id
+                )))
+            }
+        };
+        if stateful {
+            return Err(refused(format!(
+                "transformation `{}` keeps state (an aggregation, a deduplication or a `process` step); replayed records would start from empty state",
+                t.id
+            )));
+        }
+    }
+
+    let quarantine = quarantine_file(project)?;
+    let lines = read(&quarantine)?;
+    let ledger = ledger_file(&quarantine);
+    let done: std::collections::HashSet<String> = match std::fs::read_to_string(&ledger) {
+        Ok(text) => text.lines().map(String::from).collect(),
+        Err(_) => Default::default(),
+    };
+    let mut report = RedriveReport {
+        source: target.id.clone(),
+        replayed: 0,
+        already_redriven: 0,
+        not_replayable: 0,
+        redrive_id: None,
+        run: None,
+    };
+    let mut keys = Vec::new();
+    let mut records = String::new();
+    for l in select(&lines, filter) {
+        if l["position"]["asset"].as_str() != Some(target.asset.as_str()) {
+            continue;
+        }
+        let key = etlantic_core::canonical::sha256_hex(record_key(l).as_bytes());
+        if done.contains(&key) {
+            report.already_redriven += 1;
+            continue;
+        }
+        let raw = l["raw"].as_str().unwrap_or_default();
+        match serde_json::from_str::<Value>(raw) {
+            Ok(v) if v.is_object() => {
+                records.push_str(&v.to_string());
+                records.push('\n');
+                keys.push(key);
+            }
+            _ => report.not_replayable += 1,
+        }
+    }
+    if keys.is_empty() {
+        return Ok(report);
+    }
+    let digest = etlantic_core::canonical::sha256_hex(keys.join("\n").as_bytes());
+    let id = digest.trim_start_matches("sha256:")[..16].to_string();
+    let dir = quarantine
+        .parent()
+        .unwrap_or_else(|| Path::new("."))
+        .join("redrive")
+        .join(&id);
+    let input = dir.join("in");
+    std::fs::create_dir_all(&input)
+        .map_err(|e| etlantic_core::durable::io_error("create", &input, e))?;
+    etlantic_core::durable::write_atomic(&input.join("records.jsonl"), records.as_bytes())?;
+
+    let mut replay = project.clone();
+    replay.profile.trigger = Some(Trigger::AvailableNow);
+    replay.profile.checkpoint = Some(format!("file://{}", dir.join("checkpoint").display()));
+    replay.profile.bindings.insert(
+        target.asset.clone(),
+        format!("file://{}?format=jsonl", input.display()),
+    );
+    let plan = etlantic_plan::plan(&replay).into_result()?;
+    let ctx = crate::run::RunContext::for_plan(&plan, &project.root);
+    let run = crate::run::run_streaming(
+        &plan,
+        &ctx,
+        crate::run::StreamingRun {
+            on_progress: None,
+            stop: Default::default(),
+            max_batches: None,
+        },
+    )
+    .await;
+    let ok = run.status == "succeeded";
+    report.redrive_id = Some(id);
+    report.run = Some(run);
+    if ok {
+        report.replayed = keys.len() as u64;
+        let mut all: Vec<String> = done.into_iter().collect();
+        all.extend(keys);
+        all.sort();
+        etlantic_core::durable::write_atomic(&ledger, (all.join("\n") + "\n").as_bytes())?;
+    }
+    Ok(report)
+}

@@ -83,6 +83,27 @@ enum DlqCommand {
         #[arg(long)]
         batch: Option<u64>,
     },
+    /// Replay quarantined records of a source into the (fixed) pipeline, once: a streaming
+    /// run over them with its own checkpoint; records already redriven are skipped.
+    Redrive {
+        #[command(flatten)]
+        target: Target,
+        /// The source whose records to replay (default: the only streaming source).
+        #[arg(long)]
+        source: Option<String>,
+        /// Only records with this code (e.g. ETL704).
+        #[arg(long)]
+        code: Option<String>,
+        /// Only records a quality rule with this id quarantined.
+        #[arg(long)]
+        rule: Option<String>,
+        /// Only records of this micro-batch.
+        #[arg(long)]
+        batch: Option<u64>,
+        /// Output format (`json` prints the redrive report).
+        #[arg(long, value_enum, default_value = "human")]
+        format: Format,
+    },
 }
 
 #[derive(Subcommand)]
@@ -366,10 +387,66 @@ fn main() {
             };
             run_plan(&p, &project_root, format, max_batches)
         }
+        Command::Dlq {
+            command:
+                DlqCommand::Redrive {
+                    target,
+                    source,
+                    code,
+                    rule,
+                    batch,
+                    format,
+                },
+        } => {
+            let filter = etlantic::dlq::Filter { code, rule, batch };
+            let result =
+                Project::load(&target.pipeline, target.profile.as_deref()).and_then(|project| {
+                    runtime().block_on(etlantic::dlq::redrive(&project, source.as_deref(), &filter))
+                });
+            match result {
+                Err(e) => fail(&e, format),
+                Ok(report) => {
+                    let failed = report.run.as_ref().is_some_and(|r| r.status != "succeeded");
+                    match format {
+                        Format::Human => {
+                            println!(
+                                "redrive of `{}`: {} replayed, {} already redriven, {} not replayable (not JSON)",
+                                report.source,
+                                report.replayed,
+                                report.already_redriven,
+                                report.not_replayable
+                            );
+                            if let Some(run) = &report.run {
+                                println!(
+                                    "run {} {}: {} rows written, {} quarantined again",
+                                    report.redrive_id.as_deref().unwrap_or_default(),
+                                    run.status,
+                                    run.sinks.iter().map(|s| s.rows).sum::<u64>(),
+                                    run.quarantined
+                                );
+                                for e in &run.errors {
+                                    eprintln!("{e}");
+                                }
+                            }
+                        }
+                        _ => println!(
+                            "{}",
+                            serde_json::to_string_pretty(&report).expect("serialises")
+                        ),
+                    }
+                    if failed {
+                        exit::EXECUTION_FAILED
+                    } else {
+                        exit::OK
+                    }
+                }
+            }
+        }
         Command::Dlq { command } => {
             let (target, format) = match &command {
                 DlqCommand::List { target, format } => (target, *format),
                 DlqCommand::Show { target, .. } => (target, Format::Human),
+                DlqCommand::Redrive { .. } => unreachable!("handled above"),
             };
             let lines = Project::load(&target.pipeline, target.profile.as_deref())
                 .and_then(|p| etlantic::dlq::quarantine_file(&p))
@@ -399,6 +476,7 @@ fn main() {
                     }
                     exit::OK
                 }
+                (Ok(_), DlqCommand::Redrive { .. }) => unreachable!("handled above"),
             }
         }
         Command::Diff {

@@ -142,6 +142,9 @@ catalogue! {
     QUALITY_RULE_NOT_EVALUATED = ("ETL223", "quality-rule-not-evaluated", Reference, Warning,
         "A quality rule of a contract is not evaluated by ETLantic (a `text` rule, a `custom` rule for another engine, an unknown metric).",
         "It is listed so that nothing is skipped silently; check it elsewhere, or express it as a library metric or a `sql` rule.");
+    REDRIVE_REFUSED = ("ETL224", "redrive-refused", Reference, Error,
+        "`etlantic dlq redrive` cannot replay quarantined records into this pipeline without losing or duplicating output: it is a batch pipeline, it keeps state (an aggregation, a deduplication, a `process` step), its logic is engine-specific, or it reads more than one stream.",
+        "Redrive replays records through a stateless streaming pipeline with its own checkpoint. For a batch pipeline, fix the source and run it again (a batch run rewrites its outputs); for a stateful one, replay the fixed records through its source.");
 
     // ---- semantic / contracts ----
     PORT_TYPE_MISMATCH = ("ETL301", "port-type-mismatch", Semantic, Error,

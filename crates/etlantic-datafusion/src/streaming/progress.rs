@@ -37,7 +37,7 @@ pub struct StateProgress {
 pub struct BatchView {
     /// Rows read from all sources.
     pub num_input_rows: u64,
-    /// Records quarantined for breaking their contract.
+    /// Records quarantined (decoding, quality rules, late rows under `quarantine`).
     pub rejected: u64,
     /// Late rows.
     pub late: u64,

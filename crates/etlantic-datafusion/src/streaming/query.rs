@@ -166,6 +166,8 @@ struct SinkRt {
 #[derive(Default)]
 struct BatchStats {
     input_rows: HashMap<String, u64>,
+    /// Records quarantined in the batch: rejected while decoding, taken out by a quality
+    /// rule, or late under the `quarantine` policy.
     rejected: u64,
     late: u64,
     output_rows: u64,
@@ -982,6 +984,7 @@ impl StreamingQuery {
             self.quarantine(&rejected, batch_id, &mut already_quarantined, true)?;
         }
         if !ruled_out.is_empty() {
+            stats.rejected += ruled_out.len() as u64;
             self.quarantine(&ruled_out, batch_id, &mut already_quarantined, false)?;
         }
 
@@ -1113,6 +1116,7 @@ impl StreamingQuery {
                 LatePolicy::Drop | LatePolicy::Accept => {}
                 LatePolicy::Quarantine => {
                     let records = late_records(&late, &sources, entry.late_watermark_ms)?;
+                    stats.rejected += records.len() as u64;
                     self.quarantine(&records, batch_id, &mut already_quarantined, true)?;
                 }
                 LatePolicy::SideOutput { sink } => {
@@ -1211,6 +1215,7 @@ impl StreamingQuery {
         }
         stats.output_rows = sink_rows;
         if !sink_ruled_out.is_empty() {
+            stats.rejected += sink_ruled_out.len() as u64;
             self.quarantine(&sink_ruled_out, batch_id, &mut already_quarantined, false)?;
         }
         progress.duration("addBatch", t_exec.elapsed());

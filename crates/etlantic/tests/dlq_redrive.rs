@@ -1,0 +1,230 @@
+//! `etlantic dlq redrive`: after a fix, the quarantined records of a stream are replayed
+//! into the pipeline once — a second redrive replays nothing, and the sink holds every
+//! record exactly once — and pipelines a replay would corrupt are refused (ETL224).
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+
+const PIPELINE: &str = r#"apiVersion: etlantic/v1
+kind: Pipeline
+name: orders_stream
+assets:
+  orders:
+    contract: contracts/orders.yaml
+  paid:
+    contract: contracts/orders.yaml
+sources:
+  - id: orders
+    asset: orders
+transforms:
+  - id: pass
+    inputs:
+      orders: orders
+    steps:
+      - select: [id, status]
+sinks:
+  - id: out
+    input: pass
+    asset: paid
+    output_mode: append
+"#;
+
+const PROFILE: &str = r#"apiVersion: etlantic/v1
+kind: Profile
+name: local
+mode: streaming
+trigger: available_now
+checkpoint: file://chk
+bindings:
+  orders: file://in?format=jsonl
+  paid: file://out/paid/?format=jsonl
+quarantine: file://out/quarantine.jsonl
+"#;
+
+fn contract(valid: &str) -> String {
+    format!(
+        r#"version: "1.0.0"
+apiVersion: "v3.1.0"
+kind: "DataContract"
+id: "orders"
+name: "orders"
+status: "active"
+schema:
+  - name: "orders"
+    logicalType: "object"
+    properties:
+      - name: "id"
+        logicalType: "integer"
+        required: true
+      - name: "status"
+        logicalType: "string"
+        quality:
+          - id: known
+            metric: invalidValues
+            arguments: {{validValues: [{valid}]}}
+            mustBe: 0
+"#
+    )
+}
+
+fn project() -> Project {
+    let p = Project::empty();
+    p.write("pipeline.yaml", PIPELINE);
+    p.write("profiles/local.yaml", PROFILE);
+    p.write("contracts/orders.yaml", &contract("new, paid"));
+    p.write(
+        "in/000.jsonl",
+        r#"{"id": 1, "status": "new"}
+{"id": 2, "status": "refunded"}
+{"id": 3, "status": "paid"}
+not json
+{"id": 5, "status": "refunded"}
+"#,
+    );
+    p
+}
+
+/// The ids in the sink, sorted (duplicates kept).
+fn published(p: &Project) -> Vec<i64> {
+    let mut ids: Vec<i64> = etlantic_sinks::files::read_committed(p.join("out/paid"))
+        .unwrap()
+        .iter()
+        .flat_map(|b| {
+            b.column_by_name("id")
+                .unwrap()
+                .as_any()
+                .downcast_ref::<arrow::array::Int64Array>()
+                .unwrap()
+                .values()
+                .to_vec()
+        })
+        .collect();
+    ids.sort();
+    ids
+}
+
+fn redrive(p: &Project) -> Value {
+    let r = p.run(&["dlq", "redrive", "--format", "json"]);
+    r.ok();
+    r.stdout_json()
+}
+
+#[test]
+fn a_redrive_after_a_fix_replays_each_quarantined_record_once() {
+    let p = project();
+    p.run(&["run", "--format", "json"]).ok();
+    assert_eq!(published(&p), vec![1, 3]);
+    let q = p.jsonl("out/quarantine.jsonl");
+    assert_eq!(
+        q.len(),
+        3,
+        "two unknown statuses and a line that is not JSON: {q:#?}"
+    );
+
+    // Nothing fixed yet: the records fail again and are quarantined again; the redrive
+    // itself succeeds and the ledger records them (a redrive is a replay, not a retry loop).
+    // So fix first: `refunded` becomes a known status.
+    p.write("contracts/orders.yaml", &contract("new, paid, refunded"));
+    let report = redrive(&p);
+    assert_eq!(report["source"], "orders", "{report:#}");
+    assert_eq!(report["replayed"], 2, "{report:#}");
+    assert_eq!(
+        report["not_replayable"], 1,
+        "the line that is not JSON: {report:#}"
+    );
+    assert_eq!(report["already_redriven"], 0, "{report:#}");
+    assert_eq!(report["run"]["status"], "succeeded", "{report:#}");
+    assert_eq!(published(&p), vec![1, 2, 3, 5]);
+
+    // Again: nothing is replayed twice.
+    let again = redrive(&p);
+    assert_eq!(again["replayed"], 0, "{again:#}");
+    assert_eq!(again["already_redriven"], 2, "{again:#}");
+    assert!(again["run"].is_null(), "{again:#}");
+    assert_eq!(published(&p), vec![1, 2, 3, 5]);
+    // The quarantine keeps its history; the ledger lists what was replayed.
+    assert_eq!(p.jsonl("out/quarantine.jsonl").len(), 3);
+    assert_eq!(p.read("out/quarantine.jsonl.redriven").lines().count(), 2);
+}
+
+#[test]
+fn records_that_fail_again_are_quarantined_again_and_can_be_redriven_later() {
+    let p = project();
+    p.run(&["run", "--format", "json"]).ok();
+    // A fix that covers only part of the problem is not a fix for the rest.
+    let report = redrive(&p);
+    assert_eq!(report["run"]["status"], "succeeded", "{report:#}");
+    assert_eq!(report["run"]["quarantined"], 2, "{report:#}");
+    assert_eq!(published(&p), vec![1, 3]);
+    let q = p.jsonl("out/quarantine.jsonl");
+    assert_eq!(q.len(), 5, "{q:#?}");
+    let again: Vec<&Value> = q
+        .iter()
+        .filter(|l| {
+            l["position"]["file"]
+                .as_str()
+                .is_some_and(|f| f.contains("redrive"))
+        })
+        .collect();
+    assert_eq!(
+        again.len(),
+        2,
+        "re-quarantined with the redrive file as position"
+    );
+    // Now the fix: the two records quarantined by the redrive replay; the originals are in
+    // the ledger already.
+    p.write("contracts/orders.yaml", &contract("new, paid, refunded"));
+    let fixed = redrive(&p);
+    assert_eq!(
+        (
+            fixed["replayed"].as_u64(),
+            fixed["already_redriven"].as_u64()
+        ),
+        (Some(2), Some(2)),
+        "{fixed:#}"
+    );
+    assert_eq!(published(&p), vec![1, 2, 3, 5]);
+}
+
+#[test]
+fn redrive_refuses_batch_and_stateful_pipelines() {
+    let batch = Project::init();
+    let r = batch.run(&["dlq", "redrive", "--format", "json"]);
+    assert_ne!(r.code, 0);
+    assert!(r.all_output().contains("ETL224"), "{}", r.all_output());
+
+    let p = project();
+    p.edit(
+        "pipeline.yaml",
+        "      - select: [id, status]\n",
+        "      - select: [id, status]\n      - deduplicate: [id]\n",
+    );
+    let r = p.run(&["dlq", "redrive", "--format", "json"]);
+    assert_ne!(r.code, 0);
+    assert!(r.all_output().contains("ETL224"), "{}", r.all_output());
+    assert!(r.all_output().contains("keeps state"), "{}", r.all_output());
+}
+
+#[test]
+fn a_redrive_killed_after_its_sink_wrote_resumes_without_duplicates() {
+    let p = project();
+    p.run(&["run", "--format", "json"]).ok();
+    p.write("contracts/orders.yaml", &contract("new, paid, refunded"));
+    // The process aborts after the sink wrote the replayed rows, before the batch commits
+    // and before the ledger lists them.
+    let killed = p.run_env(
+        &["dlq", "redrive", "--format", "json"],
+        &[("ETLANTIC_FAIL_POINT", "after_sink:0")],
+    );
+    assert_ne!(killed.code, 0, "the fail point fired");
+    assert!(!p.exists("out/quarantine.jsonl.redriven"));
+    // The same records make the same redrive, which resumes from its checkpoint: the sink
+    // skips the batch it already has.
+    let resumed = redrive(&p);
+    assert_eq!(resumed["replayed"], 2, "{resumed:#}");
+    assert_eq!(published(&p), vec![1, 2, 3, 5]);
+    assert_eq!(redrive(&p)["replayed"], 0);
+    assert_eq!(published(&p), vec![1, 2, 3, 5]);
+}
