@@ -180,3 +180,50 @@ async fn an_unknown_rule_id_in_the_profile_fails_planning() {
     };
     assert!(e.0.iter().any(|d| d.code == "ETL222"), "{e}");
 }
+
+/// Rules on emitted window aggregates live in the sink's contract: a window whose count
+/// breaks the contract's maximum is quarantined when it is emitted (with the rule and the
+/// window row), the others are published, and the rule is counted in the progress record.
+#[tokio::test]
+async fn rules_on_emitted_window_aggregates_judge_each_window_before_publication() {
+    let tumbling = "window_aggregate: {window: {type: tumbling, column: ts, size: 10 seconds}, group_by: [user], aggregates: {cnt: \"count_all()\", total: \"sum(amount)\"}}";
+    let mut fx = Fixture::new("quality_windows")
+        .source(Src::new("events").watermark("ts", "5 seconds"))
+        .transform_yaml("agg", &["events"], &[tumbling])
+        .sink("out", "agg", WIN_COLS, OutputMode::Append);
+    let mut sink = contract("out_asset", WIN_COLS);
+    sink["schema"][0]["properties"][3]["logicalTypeOptions"]["maximum"] = json!(2);
+    fx.builder = fx.builder.asset_inline("out_asset", sink);
+    let mut run = fx.start().await;
+    let mut rows = run
+        .step(
+            "events",
+            vec![ev(1, "a", 1), ev(2, "a", 1), ev(3, "a", 1), ev(4, "b", 5)],
+            "out",
+        )
+        .await;
+    // Event time 30 s moves the watermark to 25 s: the window [0, 10) closes.
+    rows.extend(run.step("events", vec![ev(30, "b", 1)], "out").await);
+    assert_eq!(rows.len(), 1, "only b's window is published: {rows:?}");
+    assert!(rows[0].contains("\"user\":\"b\""), "{rows:?}");
+    let q = etlantic_sinks::quarantine::read_quarantine(fx.quarantine()).unwrap();
+    assert_eq!(q.len(), 1, "{q:?}");
+    assert_eq!(q[0]["code"], json!("ETL704"));
+    let reason = q[0]["reason"].as_str().unwrap();
+    assert!(reason.contains("out_asset.cnt.range"), "{reason}");
+    let raw: Value = serde_json::from_str(q[0]["raw"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        (raw["user"].clone(), raw["cnt"].clone()),
+        (json!("a"), json!(3))
+    );
+    assert_eq!(q[0]["position"]["asset"], json!("out_asset"));
+    // The rule was counted in the micro-batch that emitted the window.
+    let counted: u64 = run
+        .progress()
+        .iter()
+        .flat_map(|p| p["quality"].as_array().cloned().unwrap_or_default())
+        .filter(|c| c["id"] == json!("out_asset.cnt.range"))
+        .map(|c| c["removed"].as_u64().unwrap())
+        .sum();
+    assert_eq!(counted, 1);
+}
