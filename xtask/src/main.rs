@@ -22,7 +22,7 @@ struct Cli {
 enum Cmd {
     /// Prepare the machine and run every test (what CI runs).
     Ci,
-    /// Prepare the machine only (protoc, PostgreSQL).
+    /// Prepare the machine only (protoc, PostgreSQL, the ETLantic-py virtualenv).
     Setup,
     /// Scaffold the example project into scratch/demo and run it.
     Demo,
@@ -106,6 +106,17 @@ fn is_root() -> bool {
         .unwrap_or(false)
 }
 
+/// The interop tests load generated documents with ETLantic-py (PyPI `etlantic`, the
+/// version the fixtures were made with) from this virtualenv; it is created when missing.
+fn ensure_etlantic_py() -> Result<()> {
+    let venv = home().join(".cache/etlantic-py-venv");
+    if venv.join("bin/python").exists() {
+        return Ok(());
+    }
+    run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+    run(Command::new(venv.join("bin/pip")).args(["install", "--quiet", "etlantic==0.59.0"]))
+}
+
 /// Tests that need PostgreSQL run against the real server on 127.0.0.1:5432.
 fn ensure_postgres() -> Result<()> {
     let up = || {
@@ -143,10 +154,12 @@ fn main() -> Result<()> {
         Cmd::Setup => {
             ensure_protoc()?;
             ensure_postgres()?;
+            ensure_etlantic_py()?;
         }
         Cmd::Ci => {
             ensure_protoc()?;
             ensure_postgres()?;
+            ensure_etlantic_py()?;
             run(Command::new(cargo()).current_dir(&root).args([
                 "test",
                 "--workspace",
