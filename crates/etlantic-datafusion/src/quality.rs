@@ -39,7 +39,7 @@ fn engine(e: impl std::fmt::Display) -> Error {
 }
 
 /// One rule's outcome on one batch.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RuleCount {
     /// The rule's id.

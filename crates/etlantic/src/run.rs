@@ -571,14 +571,8 @@ pub async fn run_streaming(plan: &PipelinePlan, ctx: &RunContext, run: Streaming
                 }
                 if let Ok(mut q) = quality.lock() {
                     for c in p["quality"].as_array().into_iter().flatten() {
-                        let count = RuleCount {
-                            id: c["id"].as_str().unwrap_or_default().to_string(),
-                            policy: serde_json::from_value(c["policy"].clone())
-                                .unwrap_or(etlantic_core::contract::rules::Policy::Warn),
-                            violations: c["violations"].as_u64().unwrap_or(0),
-                            measure: c["measure"].as_f64().unwrap_or(0.0),
-                            failed: c["failed"].as_bool().unwrap_or(false),
-                            removed: c["removed"].as_u64().unwrap_or(0),
+                        let Ok(count) = serde_json::from_value::<RuleCount>(c.clone()) else {
+                            continue;
                         };
                         QualityReport::add(&mut q, c["asset"].as_str().unwrap_or_default(), &count);
                     }

@@ -157,6 +157,13 @@ fn records_that_fail_again_are_quarantined_again_and_can_be_redriven_later() {
     let report = redrive(&p);
     assert_eq!(report["run"]["status"], "succeeded", "{report:#}");
     assert_eq!(report["run"]["quarantined"], 2, "{report:#}");
+    // The streaming run's report sums the rule over its micro-batches.
+    let rule = &report["run"]["quality"][0];
+    assert_eq!(rule["id"], "orders.status.known", "{report:#}");
+    assert_eq!(
+        (rule["violations"].as_u64(), rule["removed"].as_u64()),
+        (Some(2), Some(2))
+    );
     assert_eq!(published(&p), vec![1, 3]);
     let q = p.jsonl("out/quarantine.jsonl");
     assert_eq!(q.len(), 5, "{q:#?}");
