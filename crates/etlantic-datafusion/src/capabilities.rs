@@ -78,5 +78,6 @@ pub fn capabilities() -> BackendCapabilities {
         functions: supported_functions(),
         sql_engines: vec![BACKEND_NAME.to_string()],
         continuous: false,
+        location_schemes: vec![],
     }
 }

@@ -181,9 +181,13 @@ pub fn explain_text(plan: &PipelinePlan) -> String {
     }
     let _ = writeln!(o, "\nRegions");
     for r in &plan.regions {
+        let place = match &r.location {
+            Some(l) => format!(" in {}", etlantic_core::uri::redact(l)),
+            None => String::new(),
+        };
         let _ = writeln!(
             o,
-            "  {} ({:?} on {}): reads [{}], hands on [{}]",
+            "  {} ({:?} on {}{place}): reads [{}], hands on [{}]",
             r.id,
             r.kind,
             r.backend,

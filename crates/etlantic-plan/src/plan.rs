@@ -251,6 +251,11 @@ pub struct Region {
     pub inputs: Vec<String>,
     /// Relations other regions or sinks read from it.
     pub outputs: Vec<String>,
+    /// Where it runs, for backends that run inside another system: the binding (secret
+    /// references unresolved) of the database an SQL region runs in. `None` for
+    /// in-process engines and for SQLite regions in a private in-memory database.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
 }
 
 /// A hand-over of a relation between two places (sources, regions, sinks).
@@ -263,7 +268,9 @@ pub struct Transition {
     pub to: String,
     /// The relation handed over.
     pub relation: String,
-    /// How: `arrow` (record batches in memory).
+    /// How: `arrow` (record batches handed over in memory), `arrow→staged-table` (into
+    /// an SQL region: written to a temporary table of its database) or
+    /// `query-result→arrow` (out of an SQL region: its query's rows read back).
     pub materialization: String,
 }
 

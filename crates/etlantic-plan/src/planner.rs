@@ -73,6 +73,8 @@ struct Planner<'a> {
     schemas: HashMap<String, SchemaRef>,
     logic: HashMap<String, (StepLogic, PlanLogic)>,
     backend_of: HashMap<String, &'static dyn Backend>,
+    /// Step → the binding of the database its SQL region runs in.
+    location_of: HashMap<String, String>,
 }
 
 type Phased = std::result::Result<(), ()>;
@@ -100,6 +102,7 @@ impl<'a> Planner<'a> {
             schemas: HashMap::new(),
             logic: HashMap::new(),
             backend_of: HashMap::new(),
+            location_of: HashMap::new(),
         }
     }
 
@@ -923,7 +926,30 @@ impl<'a> Planner<'a> {
             ExecutionMode::Batch => RegionKind::Batch,
             ExecutionMode::Streaming => RegionKind::Streaming,
         };
-        if !backend.capabilities().region_kinds.contains(&kind) {
+        let caps = backend.capabilities();
+        let sql_region = caps.region_kinds.contains(&RegionKind::Sql);
+        if sql_region && kind == RegionKind::Streaming {
+            // An SQL region in a streaming query runs once per micro-batch, on that
+            // micro-batch's rows: it keeps no state between them.
+            if let StepLogic::Portable { plan, .. } = &logic {
+                if let Some(s) = plan.decoded().steps.iter().find(|s| s.op.is_stateful()) {
+                    return Err(Diagnostic::new(
+                        &codes::UNSUPPORTED_STREAMING_OP,
+                        format!(
+                            "`{}` runs on `{}`, an SQL region, which a streaming query runs per micro-batch without state; `{}` ({}) needs state across micro-batches",
+                            t.id,
+                            backend.name(),
+                            s.id,
+                            s.action
+                        ),
+                    )
+                    .help("Run the stateful step on the embedded engine (drop its `engines:` override) and give the SQL region the stateless rest.")
+                    .at(format!("engines.{}", t.id))
+                    .into());
+                }
+            }
+        }
+        if !sql_region && !caps.region_kinds.contains(&kind) {
             return Err(Diagnostic::new(
                 &codes::NO_BACKEND,
                 format!(
@@ -1163,6 +1189,65 @@ impl<'a> Planner<'a> {
                 Err(e) => self.extend(e, &format!("sinks[{}]", s.id)),
             }
         }
+        self.region_locations();
+    }
+
+    /// Binds every step on a backend that runs inside another system (an SQL backend)
+    /// to the database it runs in: the binding of a source it reads directly, else of a
+    /// sink it feeds directly, whose scheme the backend declares. A step with no such
+    /// asset runs in a private database when the backend has one (SQLite in memory),
+    /// otherwise it is an error (`ETL506`).
+    fn region_locations(&mut self) {
+        let pl = self.p.pipeline.clone();
+        for id in self.order.clone() {
+            let Some(backend) = self.backend_of.get(&id).copied() else {
+                continue;
+            };
+            let schemes = backend.capabilities().location_schemes;
+            if schemes.is_empty() {
+                continue;
+            }
+            let t = pl.transform(&id).expect("ordered transforms exist");
+            let from_sources = t
+                .inputs
+                .values()
+                .filter_map(|r| pl.source(r.from()))
+                .map(|s| s.asset.clone());
+            let from_sinks = pl
+                .sinks
+                .iter()
+                .filter(|s| s.input == id)
+                .map(|s| s.asset.clone());
+            let found = from_sources.chain(from_sinks).find(|asset| {
+                self.bindings
+                    .get(asset)
+                    .is_some_and(|u| schemes.contains(&u.scheme))
+            });
+            match found {
+                Some(asset) => {
+                    // The database, not the table: `scheme://location[?sslmode=..]`.
+                    let uri = &self.bindings[&asset];
+                    let binding = &self.p.profile.bindings[&asset];
+                    let mut db = binding.split('?').next().unwrap_or(binding).to_string();
+                    if let Some(mode) = uri.param("sslmode") {
+                        db.push_str(&format!("?sslmode={mode}"));
+                    }
+                    self.location_of.insert(id.clone(), db);
+                }
+                None if backend.name() == "sqlite" => {}
+                None => self.push(
+                    Diagnostic::new(
+                        &codes::REGION_LOCATION,
+                        format!(
+                            "`{id}` runs on `{}` but reads no source and feeds no sink in such a database ({}), so there is no database to run it in",
+                            backend.name(),
+                            schemes.join(", ")
+                        ),
+                    )
+                    .at(format!("engines.{id}")),
+                ),
+            }
+        }
     }
 
     // ------------------------------------------------------------------ guarantee
@@ -1302,16 +1387,23 @@ impl<'a> Planner<'a> {
         let mut regions: Vec<Region> = Vec::new();
         let mut region_of: HashMap<String, String> = HashMap::new();
         for id in &self.order {
-            let backend = self.backend_of[id].name().to_string();
-            let start_new = regions.last().map(|r| r.backend != backend).unwrap_or(true);
+            let b = self.backend_of[id];
+            let backend = b.name().to_string();
+            let location = self.location_of.get(id).cloned();
+            let start_new = regions
+                .last()
+                .map(|r| r.backend != backend || r.location != location)
+                .unwrap_or(true);
             if start_new {
+                let sql = b.capabilities().region_kinds.contains(&RegionKind::Sql);
                 regions.push(Region {
                     id: format!("r{}", regions.len()),
-                    kind,
+                    kind: if sql { RegionKind::Sql } else { kind },
                     backend,
                     steps: vec![],
                     inputs: vec![],
                     outputs: vec![],
+                    location,
                 });
             }
             let r = regions.last_mut().expect("just pushed");
@@ -1323,6 +1415,19 @@ impl<'a> Planner<'a> {
             match region_of.get(node) {
                 Some(r) => format!("region:{r}"),
                 None => format!("source:{node}"),
+            }
+        };
+        let sql_regions: Vec<String> = regions
+            .iter()
+            .filter(|r| r.kind == RegionKind::Sql)
+            .map(|r| r.id.clone())
+            .collect();
+        let materialization = |from: Option<&String>, to: Option<&String>| -> String {
+            let is_sql = |r: Option<&String>| r.is_some_and(|r| sql_regions.contains(r));
+            match (is_sql(from), is_sql(to)) {
+                (_, true) => "arrow→staged-table".into(),
+                (true, false) => "query-result→arrow".into(),
+                _ => "arrow".into(),
             }
         };
         for id in &self.order {
@@ -1341,7 +1446,7 @@ impl<'a> Planner<'a> {
                             from: place(from, &region_of),
                             to: format!("region:{my_region}"),
                             relation: from.to_string(),
-                            materialization: "arrow".into(),
+                            materialization: materialization(region_of.get(from), Some(&my_region)),
                         });
                     }
                     if let Some(producer) = region_of.get(from) {
@@ -1370,7 +1475,7 @@ impl<'a> Planner<'a> {
                 from: place(&s.input, &region_of),
                 to: format!("sink:{}", s.id),
                 relation: s.input.clone(),
-                materialization: "arrow".into(),
+                materialization: materialization(region_of.get(&s.input), None),
             });
         }
         let transforms = self

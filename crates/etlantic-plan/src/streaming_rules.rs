@@ -144,6 +144,28 @@ pub fn check(project: &Project, plans: &HashMap<String, Arc<TransformPlan>>) -> 
                         .at(path.clone())
                         .in_file(file.clone()),
                     ),
+                    // Keeping the last row needs the whole input; a stream keeps the
+                    // first (Spark's dropDuplicates).
+                    Action::Deduplicate { keep_last: true, .. } => d.push(
+                        Diagnostic::new(
+                            &codes::UNSUPPORTED_STREAMING_OP,
+                            format!("deduplicating a stream in `{t}` keeps the first row per key; `retain: last` needs a bounded input"),
+                        )
+                        .help("Keep the first row (drop `retain: last`), or run the pipeline in batch mode.")
+                        .at(path.clone())
+                        .in_file(file.clone()),
+                    ),
+                    // A distinct union would remove duplicates within each micro-batch
+                    // only; across micro-batches it needs dedup state.
+                    Action::Union { distinct: true, .. } => d.push(
+                        Diagnostic::new(
+                            &codes::UNSUPPORTED_STREAMING_OP,
+                            format!("a distinct union of streams in `{t}` is not supported"),
+                        )
+                        .help("Union without `distinct`, then `distinct: true` (a stateful dedup of the stream).")
+                        .at(path.clone())
+                        .in_file(file.clone()),
+                    ),
                     Action::DeduplicateWithinWatermark { .. } if watermarked.is_empty() => d.push(
                         Diagnostic::new(
                             &codes::UNSUPPORTED_STREAMING_OP,

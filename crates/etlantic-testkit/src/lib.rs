@@ -2,7 +2,8 @@
 //!
 //! Test harnesses for ETLantic-rs:
 //! - [`conformance`]: the Spark conformance runner (`etlantic conformance spark DIR`);
-//! - later: the backend-equivalence runner, plugin conformance suites, fault injection.
+//! - [`equivalence`]: the backend-equivalence runner and its corpus of portable cases.
 #![warn(missing_docs)]
 
 pub mod conformance;
+pub mod equivalence;

@@ -8,7 +8,9 @@
 use chrono::{SecondsFormat, Utc};
 use etlantic_core::data::{RejectedRecord, RowOrigins, Table};
 use etlantic_core::diagnostics::{codes, Diagnostic, Error, Result};
-use etlantic_core::plugin::{self, ReadLimit, SinkBatch, SinkContext, SourceContext, WriteOutcome};
+use etlantic_core::plugin::{
+    self, ReadLimit, RegionLocation, SinkBatch, SinkContext, SourceContext, WriteOutcome,
+};
 use etlantic_core::profile::{resolve_secrets, OnError, Profile};
 use etlantic_core::streaming::ExecutionMode;
 use etlantic_core::uri::BindingUri;
@@ -354,9 +356,22 @@ async fn run_batch_inner(
             })?;
             inputs.insert(name.clone(), t);
         }
-        let outputs = backend
-            .execute_batch(&steps, inputs, &region.outputs)
-            .await?;
+        let outputs = match &region.location {
+            Some(place) => {
+                let located = backend.at_location(&RegionLocation {
+                    uri: ctx.resolve_uri(place)?,
+                    root: ctx.root.clone(),
+                })?;
+                located
+                    .execute_batch(&steps, inputs, &region.outputs)
+                    .await?
+            }
+            None => {
+                backend
+                    .execute_batch(&steps, inputs, &region.outputs)
+                    .await?
+            }
+        };
         relations.extend(outputs);
     }
 

@@ -229,6 +229,9 @@ catalogue! {
     FORMAT_UNSUPPORTED = ("ETL505", "format-unsupported", Capability, Error,
         "A file binding names a format that no plugin reads or writes.",
         "Use format=jsonl, csv or parquet, or a file extension that implies it.");
+    REGION_LOCATION = ("ETL506", "region-location", Capability, Error,
+        "A region is placed where its backend cannot run it (e.g. an SQL region with no database).",
+        "Give the SQL region a database: read or write a postgres:// or sqlite:// asset in it, or name one under `sql_regions:` in the profile.");
     STATIC_SOURCE_UNBOUNDED = ("ETL530", "static-source-unbounded", Capability, Error,
         "A static source is bound to a plugin that cannot read it as a bounded table.",
         "Bind the static asset to a finite file or table (file://, delta://, sqlite://...), or make it a streaming source.");

@@ -302,16 +302,40 @@ impl Expr {
         out
     }
 
-    /// Every function this expression calls.
+    /// Every function this expression calls. The list on the right of `in`
+    /// (`x in list(1, 2)`) is the membership syntax, not a call of `dtcs:list`.
     pub fn functions(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        self.visit(&mut |e| {
-            if let Expr::Call { function, .. } = e {
-                if !out.contains(function) {
-                    out.push(function.clone());
+        fn walk(e: &Expr, out: &mut Vec<String>) {
+            match e {
+                Expr::Unary(_, e) => walk(e, out),
+                Expr::Binary(_, l, r) => {
+                    walk(l, out);
+                    walk(r, out);
                 }
+                Expr::Call { function, args } => {
+                    if !out.contains(function) {
+                        out.push(function.clone());
+                    }
+                    for (i, a) in args.iter().enumerate() {
+                        match a {
+                            Expr::Call {
+                                function: list,
+                                args: items,
+                            } if i == 1
+                                && function == "dtcs:in"
+                                && matches!(list.as_str(), "dtcs:list" | "dtcs:tuple") =>
+                            {
+                                items.iter().for_each(|item| walk(item, out))
+                            }
+                            a => walk(a, out),
+                        }
+                    }
+                }
+                _ => {}
             }
-        });
+        }
+        let mut out = Vec::new();
+        walk(self, &mut out);
         out
     }
 
@@ -474,6 +498,15 @@ mod tests {
         let back = Expr::decode(&e.encode()).unwrap();
         assert_eq!(back, e);
         assert!(e.to_string().contains("upper(name)"));
+    }
+
+    #[test]
+    fn the_list_of_an_in_is_syntax_not_a_function() {
+        let e = Expr::parse("region in list('eu', lower(x))").unwrap();
+        assert_eq!(e.functions(), vec!["dtcs:in", "dtcs:lower"]);
+        // A list anywhere else is a call.
+        let e = Expr::parse("size(list(1, 2)) > 1").unwrap();
+        assert!(e.functions().contains(&"dtcs:list".to_string()));
     }
 
     #[test]

@@ -38,6 +38,11 @@ pub struct BackendCapabilities {
     pub sql_engines: Vec<String>,
     /// Whether it runs the continuous trigger.
     pub continuous: bool,
+    /// URI schemes of the systems its regions run inside (an SQL backend: its
+    /// database's, e.g. `postgres`). Empty for in-process engines. The planner binds such
+    /// a region to the binding of an asset it reads or writes with one of these schemes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub location_schemes: Vec<String>,
 }
 
 impl BackendCapabilities {
@@ -87,6 +92,16 @@ pub struct StepTask {
     pub logic: StepLogic,
 }
 
+/// Where a region runs, for backends that run inside another system (an SQL region runs
+/// inside the database named by `uri`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RegionLocation {
+    /// The database (or other system), secret references already resolved.
+    pub uri: crate::uri::BindingUri,
+    /// The project root, against which relative file paths (SQLite files) resolve.
+    pub root: std::path::PathBuf,
+}
+
 /// An execution engine for batch regions.
 ///
 /// # Invariants an implementer must keep
@@ -121,6 +136,21 @@ pub trait Backend: Send + Sync + 'static {
         inputs: IndexMap<String, Table>,
         outputs: &[String],
     ) -> Result<IndexMap<String, Table>>;
+
+    /// This backend bound to a location: the same capabilities, executing inside
+    /// `location` (an SQL backend runs its regions in that database). Backends that run
+    /// in-process have no locations and refuse (`ETL506`), which is the default.
+    fn at_location(&self, location: &RegionLocation) -> Result<Arc<dyn Backend>> {
+        Err(crate::diagnostics::Diagnostic::new(
+            &crate::diagnostics::codes::REGION_LOCATION,
+            format!(
+                "backend `{}` runs in-process and cannot run a region in {}",
+                self.name(),
+                location.uri.redacted()
+            ),
+        )
+        .into())
+    }
 }
 
 /// An engine-specific implementation of a named transformation (the escape hatch when

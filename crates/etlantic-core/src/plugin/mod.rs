@@ -17,7 +17,9 @@ pub mod processor;
 mod sink;
 mod source;
 
-pub use backend::{Backend, BackendCapabilities, RegionKind, StepLogic, StepTask, TransformImpl};
+pub use backend::{
+    Backend, BackendCapabilities, RegionKind, RegionLocation, StepLogic, StepTask, TransformImpl,
+};
 pub use processor::{
     ExpiredTimer, GroupKey, ListState, MapState, ProcessorContext, ProcessorInit,
     ProcessorProvider, ProcessorSpec, StatefulProcessor, TimerValues, ValueState,

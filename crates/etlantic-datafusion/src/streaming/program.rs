@@ -77,8 +77,12 @@ pub struct TransformUnit {
     pub output: String,
     /// Parameter values.
     pub parameters: IndexMap<String, Value>,
-    /// A non-portable step (SQL or engine-specific implementation), run whole.
+    /// A non-portable step (SQL or engine-specific implementation), or a step placed on
+    /// another backend (an SQL region), run whole on each micro-batch's rows.
     pub opaque: Option<StepTask>,
+    /// The backend of an opaque step placed elsewhere than this engine (bound to its
+    /// location); `None` runs it on this engine.
+    pub backend: Option<std::sync::Arc<dyn etlantic_core::plugin::Backend>>,
 }
 
 /// Information about the sources of the region.
@@ -125,6 +129,7 @@ pub fn build_transform(
                 output: task.id.clone(),
                 parameters: IndexMap::new(),
                 opaque: Some(task.clone()),
+                backend: None,
             })
         }
     };
@@ -447,6 +452,7 @@ pub fn build_transform(
         output,
         parameters,
         opaque: None,
+        backend: None,
     })
 }
 

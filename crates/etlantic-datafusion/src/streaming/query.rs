@@ -35,12 +35,13 @@ use etlantic_core::canonical;
 use etlantic_core::data::{Offset, RejectedRecord, RowOrigins, SourcePosition, Table};
 use etlantic_core::diagnostics::{codes, Diagnostic, Diagnostics, Error, Result};
 use etlantic_core::plugin::{
-    self, ReadLimit, Sink, SinkBatch, SinkContext, Source, SourceContext, WriteOutcome,
+    self, ReadLimit, Sink, SinkBatch, SinkContext, Source, SourceContext, StepTask, WriteOutcome,
 };
 use etlantic_core::profile::OnError;
 use etlantic_core::streaming::{ExecutionMode, LatePolicy, OutputMode, Trigger};
 use etlantic_core::uri::BindingUri;
 use etlantic_plan::plan::{PipelinePlan, PlanLogic};
+use indexmap::IndexMap;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -532,7 +533,38 @@ impl StreamingQuery {
                 .iter()
                 .map(|(_, n)| (n.clone(), upstream.get(n).cloned().unwrap_or_default()))
                 .collect();
-            let unit = build_transform(&task, &port_upstream, &source_infos, &mut schemas)?;
+            let unit = if t.backend == crate::capabilities::BACKEND_NAME {
+                build_transform(&task, &port_upstream, &source_infos, &mut schemas)?
+            } else {
+                // Placed on another backend (an SQL region): run whole per micro-batch.
+                let backend = plugin::backend(&t.backend).ok_or_else(|| {
+                    Error::new(
+                        &codes::NO_BACKEND,
+                        format!("backend `{}` of `{}` is not linked", t.backend, t.id),
+                    )
+                })?;
+                let location = plan
+                    .regions
+                    .iter()
+                    .find(|r| r.steps.contains(&t.id))
+                    .and_then(|r| r.location.clone());
+                let backend: Arc<dyn etlantic_core::plugin::Backend> = match location {
+                    Some(place) => backend.at_location(&etlantic_core::plugin::RegionLocation {
+                        uri: resolve_uri(&place)?,
+                        root: opts.root.clone(),
+                    })?,
+                    None => Arc::new(BackendRef(backend)),
+                };
+                TransformUnit {
+                    id: t.id.clone(),
+                    inputs: task.inputs.clone(),
+                    units: vec![],
+                    output: t.id.clone(),
+                    parameters: IndexMap::new(),
+                    opaque: Some(task.clone()),
+                    backend: Some(backend),
+                }
+            };
             let out_schema = match &unit.opaque {
                 Some(_) => etlantic_plan::plan::arrow_schema(&t.schema).into(),
                 None => schemas
@@ -1018,7 +1050,10 @@ impl StreamingQuery {
                 local.insert(port.clone(), table);
             }
             if let Some(task) = &t.opaque {
-                let backend = plugin::backend("datafusion").expect("this crate registers it");
+                let backend: &dyn etlantic_core::plugin::Backend = match &t.backend {
+                    Some(b) => b.as_ref(),
+                    None => plugin::backend("datafusion").expect("this crate registers it"),
+                };
                 let inputs = t
                     .inputs
                     .keys()
@@ -1422,5 +1457,36 @@ fn stats_view(stats: &BatchStats, watermark_ms: Option<i64>) -> super::progress:
         event_avg_us: (stats.event_count > 0)
             .then(|| (stats.event_sum / stats.event_count as i128) as i64),
         watermark_ms,
+    }
+}
+
+/// A registered (static) backend used where an owned one is expected.
+struct BackendRef(&'static dyn etlantic_core::plugin::Backend);
+
+#[async_trait::async_trait]
+impl etlantic_core::plugin::Backend for BackendRef {
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+
+    fn capabilities(&self) -> etlantic_core::plugin::BackendCapabilities {
+        self.0.capabilities()
+    }
+
+    fn output_schema(
+        &self,
+        step: &StepTask,
+        inputs: &IndexMap<String, SchemaRef>,
+    ) -> Result<SchemaRef> {
+        self.0.output_schema(step, inputs)
+    }
+
+    async fn execute_batch(
+        &self,
+        steps: &[StepTask],
+        inputs: IndexMap<String, Table>,
+        outputs: &[String],
+    ) -> Result<IndexMap<String, Table>> {
+        self.0.execute_batch(steps, inputs, outputs).await
     }
 }
