@@ -42,3 +42,40 @@ async fn every_case_is_equal_on_every_backend_that_claims_it() {
         );
     }
 }
+
+/// Every transformation with portable steps in every example pipeline
+/// (`examples/*/pipeline.yaml`) is run by a case of the corpus (`from:`), so the
+/// examples are checked on every backend too.
+#[test]
+fn every_example_pipeline_is_in_the_corpus() {
+    let cases = Case::load_dir(&corpus_dir()).expect("corpus loads");
+    let examples = corpus_dir().join("../../../examples");
+    let mut missing = Vec::new();
+    let mut found = 0;
+    for entry in std::fs::read_dir(&examples).expect("examples/") {
+        let file = entry.unwrap().path().join("pipeline.yaml");
+        let Ok(text) = std::fs::read_to_string(&file) else {
+            continue;
+        };
+        let pipeline: etlantic_core::model::Pipeline =
+            serde_yaml::from_str(&text).expect("an example pipeline parses");
+        let example = file.parent().unwrap().file_name().unwrap().to_owned();
+        for t in pipeline.transforms.iter().filter(|t| t.steps.is_some()) {
+            found += 1;
+            let covered = cases.iter().any(|c| {
+                c.from.as_ref().is_some_and(|r| {
+                    r.transform == t.id
+                        && std::path::Path::new(&r.pipeline)
+                            .parent()
+                            .and_then(|p| p.file_name())
+                            == Some(example.as_os_str())
+                })
+            });
+            if !covered {
+                missing.push(format!("{}: {}", example.to_string_lossy(), t.id));
+            }
+        }
+    }
+    assert!(found >= 3, "{found} example transformations");
+    assert!(missing.is_empty(), "not in the corpus: {missing:?}");
+}

@@ -526,7 +526,8 @@ fn write_quarantine(
         .map(|_| ())
 }
 
-/// Options of a streaming run.
+/// Options of a streaming run; the default runs until the trigger finishes (or forever).
+#[derive(Default)]
 pub struct StreamingRun {
     /// Called with every progress record (e.g. to print it live).
     pub on_progress: Option<etlantic_datafusion::streaming::ProgressListener>,

@@ -645,14 +645,9 @@ impl StreamingQuery {
     /// operator evicts or emits on it in its output mode (complete-mode aggregations do
     /// not, as in Spark).
     fn has_watermarked_state(&self) -> bool {
+        let modes = output_modes(&self.plan);
         self.transforms.iter().any(|t| {
-            let mode = self
-                .plan
-                .sinks
-                .iter()
-                .rfind(|s| s.input == t.id)
-                .map(|s| s.output_mode)
-                .unwrap_or_default();
+            let mode = modes.get(&t.id).copied().unwrap_or_default();
             t.units.iter().any(
                 |u| matches!(u, Unit::Stateful(s) if s.watermarked && s.op.needs_no_data_batch(mode)),
             )
@@ -1030,12 +1025,7 @@ impl StreamingQuery {
             accept_late: false,
             processing_time_ms: entry.batch_timestamp_ms,
         };
-        let output_modes: HashMap<String, OutputMode> = self
-            .plan
-            .sinks
-            .iter()
-            .map(|s| (s.input.clone(), s.output_mode))
-            .collect();
+        let output_modes = output_modes(&self.plan);
         let mut late_routes: Vec<(LatePolicy, RecordBatch, String)> = Vec::new();
         let mut state_progress = Vec::new();
         for t in self.transforms.iter_mut() {
@@ -1054,10 +1044,11 @@ impl StreamingQuery {
                     Some(b) => b.as_ref(),
                     None => plugin::backend("datafusion").expect("this crate registers it"),
                 };
+                // A backend is handed relations by name; the task maps its ports to them.
                 let inputs = t
                     .inputs
-                    .keys()
-                    .map(|p| (p.clone(), local[p].clone()))
+                    .iter()
+                    .map(|(port, node)| (node.clone(), local[port].clone()))
                     .collect();
                 let mut out = backend
                     .execute_batch(
@@ -1458,6 +1449,28 @@ fn stats_view(stats: &BatchStats, watermark_ms: Option<i64>) -> super::progress:
             .then(|| (stats.event_sum / stats.event_count as i128) as i64),
         watermark_ms,
     }
+}
+
+/// The output mode each transformation emits in: that of the sink downstream of it,
+/// through any stateless transformations in between (an aggregation feeding an SQL
+/// region that feeds an update-mode sink emits updates). With several sinks downstream,
+/// the last declared wins.
+fn output_modes(plan: &PipelinePlan) -> HashMap<String, OutputMode> {
+    let mut modes = HashMap::new();
+    for sink in &plan.sinks {
+        let mut stack = vec![sink.input.as_str()];
+        let mut seen = std::collections::HashSet::new();
+        while let Some(node) = stack.pop() {
+            if !seen.insert(node) {
+                continue;
+            }
+            if let Some(t) = plan.transforms.iter().find(|t| t.id == node) {
+                modes.insert(t.id.clone(), sink.output_mode);
+                stack.extend(t.inputs.values().map(String::as_str));
+            }
+        }
+    }
+    modes
 }
 
 /// A registered (static) backend used where an owned one is expected.

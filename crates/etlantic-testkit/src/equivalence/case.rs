@@ -17,6 +17,9 @@
 //!   ordered: false                   # true: compare as a sequence (after a sort)
 //! tolerance: 1e-9                    # optional relative numeric tolerance, documented
 //! ```
+//!
+//! Instead of `steps`, `from: {pipeline: <file>, transform: <id>}` runs the steps of a
+//! transformation of a pipeline file (the examples' pipelines are run this way).
 
 use arrow::array::{ArrayRef, RecordBatch, StringArray};
 use arrow::compute::{cast_with_options, CastOptions};
@@ -39,6 +42,15 @@ pub struct InputSpec {
     /// strings).
     #[serde(default)]
     pub rows: Vec<Vec<Value>>,
+}
+
+/// A transformation of a pipeline file whose steps a case runs.
+#[derive(Clone, Debug, Deserialize)]
+pub struct TransformRef {
+    /// The pipeline file, relative to the case file.
+    pub pipeline: String,
+    /// The transformation id.
+    pub transform: String,
 }
 
 /// The expected result.
@@ -66,8 +78,13 @@ pub struct Case {
     pub description: String,
     /// Input tables by name (port); the first is the target of the first step.
     pub inputs: IndexMap<String, InputSpec>,
-    /// The steps, in pipeline YAML syntax.
+    /// The steps, in pipeline YAML syntax (or taken from `from`).
+    #[serde(default)]
     pub steps: Vec<Step>,
+    /// Run the steps of a transformation of a pipeline file (an example's) instead of
+    /// `steps`; its parameters are the defaults of `parameters`.
+    #[serde(default)]
+    pub from: Option<TransformRef>,
     /// Transformation parameters.
     #[serde(default)]
     pub parameters: IndexMap<String, Value>,
@@ -92,7 +109,56 @@ impl Case {
         if c.inputs.is_empty() {
             return Err(format!("{}: a case needs at least one input", c.name));
         }
+        match (&c.from, c.steps.is_empty()) {
+            (Some(_), false) => {
+                return Err(format!("{}: give `steps` or `from`, not both", c.name))
+            }
+            (None, true) => return Err(format!("{}: a case needs `steps` or `from`", c.name)),
+            (Some(r), true) => {
+                let r = r.clone();
+                c.take_steps(
+                    &path.parent().unwrap_or(Path::new(".")).join(&r.pipeline),
+                    &r,
+                )?
+            }
+            (None, false) => {}
+        }
         Ok(c)
+    }
+
+    /// Takes the steps, and the parameters the case does not set, of `r.transform` in
+    /// the pipeline file `file`; the case's inputs must be its ports, in order.
+    fn take_steps(&mut self, file: &Path, r: &TransformRef) -> Result<(), String> {
+        let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+        let pipeline: etlantic_core::model::Pipeline =
+            serde_yaml::from_str(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+        let t = pipeline
+            .transforms
+            .iter()
+            .find(|t| t.id == r.transform)
+            .ok_or_else(|| format!("{}: no transformation `{}`", file.display(), r.transform))?;
+        let steps = t.steps.clone().ok_or_else(|| {
+            format!(
+                "{}: `{}` has no portable `steps`",
+                file.display(),
+                r.transform
+            )
+        })?;
+        let ports: Vec<&String> = t.inputs.keys().collect();
+        let inputs: Vec<&String> = self.inputs.keys().collect();
+        if ports != inputs {
+            return Err(format!(
+                "{}: the inputs {inputs:?} are not the ports {ports:?} of `{}`",
+                self.name, r.transform
+            ));
+        }
+        self.steps = steps;
+        for (k, v) in &t.parameters {
+            self.parameters
+                .entry(k.clone())
+                .or_insert_with(|| v.clone());
+        }
+        Ok(())
     }
 
     /// Every case file (`*.yaml`) of a directory, sorted by name.
