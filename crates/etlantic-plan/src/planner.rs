@@ -1194,9 +1194,10 @@ impl<'a> Planner<'a> {
 
     /// Binds every step on a backend that runs inside another system (an SQL backend)
     /// to the database it runs in: the binding of a source it reads directly, else of a
-    /// sink it feeds directly, whose scheme the backend declares. A step with no such
-    /// asset runs in a private database when the backend has one (SQLite in memory),
-    /// otherwise it is an error (`ETL506`).
+    /// sink it feeds directly, whose scheme the backend declares, else the database of
+    /// an input computed on the same backend. A step with none of these runs in a
+    /// private database when the backend has one (SQLite in memory), otherwise it is an
+    /// error (`ETL506`).
     fn region_locations(&mut self) {
         let pl = self.p.pipeline.clone();
         for id in self.order.clone() {
@@ -1223,7 +1224,22 @@ impl<'a> Planner<'a> {
                     .get(asset)
                     .is_some_and(|u| schemes.contains(&u.scheme))
             });
+            // Else the database of an input computed on this backend: the region goes on
+            // there instead of leaving the database and coming back.
+            let inherited = t.inputs.values().find_map(|r| {
+                let same_backend = self
+                    .backend_of
+                    .get(r.from())
+                    .is_some_and(|b| b.name() == backend.name());
+                same_backend
+                    .then(|| self.location_of.get(r.from()).cloned())
+                    .flatten()
+            });
             match found {
+                None if inherited.is_some() => {
+                    self.location_of
+                        .insert(id.clone(), inherited.expect("checked"));
+                }
                 Some(asset) => {
                     // The database, not the table: `scheme://location[?sslmode=..]`.
                     let uri = &self.bindings[&asset];
@@ -1425,7 +1441,8 @@ impl<'a> Planner<'a> {
         let materialization = |from: Option<&String>, to: Option<&String>| -> String {
             let is_sql = |r: Option<&String>| r.is_some_and(|r| sql_regions.contains(r));
             match (is_sql(from), is_sql(to)) {
-                (_, true) => "arrow→staged-table".into(),
+                (true, true) => "query-result→staged-table".into(),
+                (false, true) => "arrow→staged-table".into(),
                 (true, false) => "query-result→arrow".into(),
                 _ => "arrow".into(),
             }
