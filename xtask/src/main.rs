@@ -4,6 +4,8 @@
 //!   Spark conformance corpus — what `.ci/run` runs;
 //! - `demo`: scaffold the example project into `scratch/demo` and run it;
 //! - `docs`: regenerate generated documentation (`docs/diagnostics.md`);
+//! - `equivalence`: run the backend-equivalence corpus and write the support matrix
+//!   (`docs/equivalence-matrix.md`);
 //! - `bench`: run benchmarks (`clicks`, `join`, `kafka`; see `cargo xtask bench --help`).
 
 use anyhow::{bail, Context, Result};
@@ -28,6 +30,9 @@ enum Cmd {
     Demo,
     /// Regenerate docs/diagnostics.md from the code catalogue.
     Docs,
+    /// Run the backend-equivalence corpus on every backend (PostgreSQL included) and
+    /// write the support matrix to docs/equivalence-matrix.md.
+    Equivalence,
     /// Run a benchmark: `clicks` (stream vs batch on 2M click events) or `join` (a
     /// time-bounded Nexmark join of bids and auctions: events/s and state size over time;
     /// `ETLANTIC_BENCH_EVENTS` sets the number of generator events, default 20M) or
@@ -241,6 +246,24 @@ fn main() -> Result<()> {
                 }
                 other => bail!("unknown benchmark `{other}` (known: clicks, join, kafka)"),
             }
+        }
+        Cmd::Equivalence => {
+            ensure_protoc()?;
+            ensure_postgres()?;
+            run(Command::new(cargo())
+                .current_dir(&root)
+                .args([
+                    "test",
+                    "--workspace",
+                    "--test",
+                    "equivalence",
+                    "--",
+                    "--nocapture",
+                ])
+                .env(
+                    "ETLANTIC_EQUIVALENCE_MATRIX",
+                    root.join("docs/equivalence-matrix.md"),
+                ))?;
         }
         Cmd::Docs => {
             run(Command::new(cargo())
