@@ -256,6 +256,10 @@ pub struct Region {
     /// in-process engines and for SQLite regions in a private in-memory database.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub location: Option<String>,
+    /// Sources the region reads in place, in its own database (`read=in_place` on the
+    /// binding): source id → table. Their rows are not read by ETLantic.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub in_place: IndexMap<String, String>,
 }
 
 /// A hand-over of a relation between two places (sources, regions, sinks).
@@ -269,8 +273,10 @@ pub struct Transition {
     /// The relation handed over.
     pub relation: String,
     /// How: `arrow` (record batches handed over in memory), `arrow→staged-table` (into
-    /// an SQL region: written to a temporary table of its database) or
-    /// `query-result→arrow` (out of an SQL region: its query's rows read back).
+    /// an SQL region: written to a temporary table of its database),
+    /// `query-result→arrow` (out of an SQL region: its query's rows read back),
+    /// `query-result→staged-table` (between SQL regions) or `in-place` (an SQL region
+    /// reads a source table of its own database where it lies).
     pub materialization: String,
 }
 

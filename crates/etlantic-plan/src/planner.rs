@@ -75,6 +75,8 @@ struct Planner<'a> {
     backend_of: HashMap<String, &'static dyn Backend>,
     /// Step → the binding of the database its SQL region runs in.
     location_of: HashMap<String, String>,
+    /// Sources an SQL region reads in place (`read=in_place`): source id → table.
+    in_place: HashMap<String, String>,
 }
 
 type Phased = std::result::Result<(), ()>;
@@ -103,6 +105,7 @@ impl<'a> Planner<'a> {
             logic: HashMap::new(),
             backend_of: HashMap::new(),
             location_of: HashMap::new(),
+            in_place: HashMap::new(),
         }
     }
 
@@ -1190,6 +1193,7 @@ impl<'a> Planner<'a> {
             }
         }
         self.region_locations();
+        self.in_place_sources();
     }
 
     /// Binds every step on a backend that runs inside another system (an SQL backend)
@@ -1241,13 +1245,7 @@ impl<'a> Planner<'a> {
                         .insert(id.clone(), inherited.expect("checked"));
                 }
                 Some(asset) => {
-                    // The database, not the table: `scheme://location[?sslmode=..]`.
-                    let uri = &self.bindings[&asset];
-                    let binding = &self.p.profile.bindings[&asset];
-                    let mut db = binding.split('?').next().unwrap_or(binding).to_string();
-                    if let Some(mode) = uri.param("sslmode") {
-                        db.push_str(&format!("?sslmode={mode}"));
-                    }
+                    let db = self.database_of(&asset);
                     self.location_of.insert(id.clone(), db);
                 }
                 None if backend.name() == "sqlite" => {}
@@ -1262,6 +1260,89 @@ impl<'a> Planner<'a> {
                     )
                     .at(format!("engines.{id}")),
                 ),
+            }
+        }
+    }
+
+    /// The database of an SQL asset's binding, not the table:
+    /// `scheme://location[?sslmode=..]` (secret references unresolved).
+    fn database_of(&self, asset: &str) -> String {
+        let uri = &self.bindings[asset];
+        let binding = &self.p.profile.bindings[asset];
+        let mut db = binding.split('?').next().unwrap_or(binding).to_string();
+        if let Some(mode) = uri.param("sslmode") {
+            db.push_str(&format!("?sslmode={mode}"));
+        }
+        db
+    }
+
+    /// Sources whose binding says `read=in_place`: an SQL region of their own database
+    /// reads the table where it lies, so its rows never leave the database. That needs a
+    /// batch run, a PostgreSQL table (`table=`, not `query=`), and every reader of the
+    /// source in an SQL region of that database; otherwise `ETL506`. The source's
+    /// contract still gives the schema, but no record is decoded or quarantined: the
+    /// database's types are the check, and a value that does not convert fails the run.
+    fn in_place_sources(&mut self) {
+        let pl = self.p.pipeline.clone();
+        for src in &pl.sources {
+            let Some(uri) = self.bindings.get(&src.asset) else {
+                continue;
+            };
+            match uri.param("read") {
+                None | Some("rows") => continue,
+                Some("in_place") => {}
+                Some(other) => {
+                    self.push(
+                        Diagnostic::new(
+                            &codes::REGION_LOCATION,
+                            format!("`read={other}` on the binding of `{}`: expected `in_place` or `rows`", src.asset),
+                        )
+                        .at(format!("bindings.{}", src.asset)),
+                    );
+                    continue;
+                }
+            }
+            let why_not = if self.p.profile.mode != ExecutionMode::Batch {
+                Some("a streaming query reads its sources per micro-batch".to_string())
+            } else if !matches!(uri.scheme.as_str(), "postgres" | "postgresql") {
+                Some(format!("`{}` tables are read through the source (only PostgreSQL tables are read in place)", uri.scheme))
+            } else if uri.param("table").is_none() {
+                Some("only a `table=` is read in place, not a `query=`".to_string())
+            } else {
+                let db = self.database_of(&src.asset);
+                let outside: Vec<String> = pl
+                    .transforms
+                    .iter()
+                    .filter(|t| t.inputs.values().any(|r| r.from() == src.id))
+                    .filter(|t| self.location_of.get(&t.id) != Some(&db))
+                    .map(|t| format!("`{}`", t.id))
+                    .chain(
+                        pl.sinks
+                            .iter()
+                            .filter(|k| k.input == src.id)
+                            .map(|k| format!("sink `{}`", k.id)),
+                    )
+                    .collect();
+                (!outside.is_empty()).then(|| {
+                    format!(
+                        "{} read(s) it outside an SQL region of its database",
+                        outside.join(", ")
+                    )
+                })
+            };
+            match why_not {
+                Some(why) => self.push(
+                    Diagnostic::new(
+                        &codes::REGION_LOCATION,
+                        format!("source `{}` cannot be read in place: {why}", src.id),
+                    )
+                    .help("Drop `read=in_place` from the binding (the source then reads, checks and hands on the rows), or place every reader of the source on the database's backend with `engines:`.")
+                    .at(format!("bindings.{}", src.asset)),
+                ),
+                None => {
+                    let table = uri.param("table").expect("checked").to_string();
+                    self.in_place.insert(src.id.clone(), table);
+                }
             }
         }
     }
@@ -1420,6 +1501,7 @@ impl<'a> Planner<'a> {
                     inputs: vec![],
                     outputs: vec![],
                     location,
+                    in_place: IndexMap::new(),
                 });
             }
             let r = regions.last_mut().expect("just pushed");
@@ -1459,11 +1541,18 @@ impl<'a> Planner<'a> {
                         .expect("region");
                     if !ri.inputs.iter().any(|x| x == from) {
                         ri.inputs.push(from.to_string());
+                        let in_place = self.in_place.get(from);
+                        if let Some(table) = in_place {
+                            ri.in_place.insert(from.to_string(), table.clone());
+                        }
                         transitions.push(Transition {
                             from: place(from, &region_of),
                             to: format!("region:{my_region}"),
                             relation: from.to_string(),
-                            materialization: materialization(region_of.get(from), Some(&my_region)),
+                            materialization: match in_place {
+                                Some(_) => "in-place".into(),
+                                None => materialization(region_of.get(from), Some(&my_region)),
+                            },
                         });
                     }
                     if let Some(producer) = region_of.get(from) {

@@ -155,6 +155,9 @@ impl SqlSourceOptions {
                     }
                     SqlRead::Query(v.clone())
                 }
+                // Whether an SQL region reads the table in place (the planner's
+                // business); `rows` is this source's way.
+                "read" if v == "rows" || v == "in_place" => continue,
                 "sslmode" if dialect == Dialect::Postgres => {
                     PgSslMode::from_str(v).map_err(|_| {
                         bad_uri(uri, format!("`sslmode={v}` is not a PostgreSQL sslmode"))
@@ -166,7 +169,7 @@ impl SqlSourceOptions {
                     return Err(bad_uri(
                         uri,
                         format!(
-                        "unknown parameter `{other}` for the SQL source (known: table, query{})",
+                        "unknown parameter `{other}` for the SQL source (known: table, query, read{})",
                         if dialect == Dialect::Postgres {
                             ", sslmode"
                         } else {

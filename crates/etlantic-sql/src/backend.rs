@@ -46,6 +46,8 @@ enum Location {
 pub struct SqlBackend {
     dialect: Dialect,
     location: Location,
+    /// Relations read where they lie: name → (table, the schema it is read as).
+    in_place: Vec<(String, (String, SchemaRef))>,
 }
 
 impl SqlBackend {
@@ -54,6 +56,7 @@ impl SqlBackend {
         SqlBackend {
             dialect,
             location: Location::Unbound,
+            in_place: Vec::new(),
         }
     }
 
@@ -71,6 +74,7 @@ impl SqlBackend {
         Ok(SqlBackend {
             dialect: Dialect::Postgres,
             location: Location::Postgres(Box::new(options), etlantic_core::uri::redact(url)),
+            in_place: Vec::new(),
         })
     }
 
@@ -79,6 +83,7 @@ impl SqlBackend {
         SqlBackend {
             dialect: Dialect::Sqlite,
             location: Location::SqliteFile(path.into()),
+            in_place: Vec::new(),
         }
     }
 
@@ -93,10 +98,15 @@ impl SqlBackend {
             Location::SqliteFile(p) => format!("sqlite://{}", p.display()),
             Location::Postgres(_, url) => url.clone(),
         };
-        Error::new(
+        let d = etlantic_core::diagnostics::Diagnostic::new(
             &codes::ENGINE_ERROR,
             format!("SQL region in {place}: {what}: {e}"),
-        )
+        );
+        if self.in_place.is_empty() {
+            d.into()
+        } else {
+            d.help("A table read in place (`read=in_place`) is checked by the database's types only: a value that does not convert to its contract's type fails the query. Fix the value, or drop `read=in_place` so that the source quarantines such rows.").into()
+        }
     }
 
     /// The schemas of every relation: the inputs', then each step's.
@@ -108,6 +118,11 @@ impl SqlBackend {
         let mut schemas: IndexMap<String, SchemaRef> = inputs
             .iter()
             .map(|(n, t)| (n.clone(), t.schema.clone()))
+            .chain(
+                self.in_place
+                    .iter()
+                    .map(|(n, (_, s))| (n.clone(), s.clone())),
+            )
             .collect();
         for step in steps {
             let ports = step
@@ -446,6 +461,52 @@ impl SqlBackend {
         })
     }
 
+    /// Reads `table` where it lies, as a temporary view with the columns of `schema`
+    /// converted to the region's storage types (a value that does not convert fails the
+    /// query) and the row order the table is scanned in.
+    fn view_in_place<'a>(
+        &'a self,
+        conn: &'a mut Conn,
+        view: &'a str,
+        table: &'a str,
+        schema: &'a SchemaRef,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let d = self.dialect;
+            let mut columns = Vec::new();
+            for f in schema.fields() {
+                let ct = Ty::of(f.data_type()).column_type(d).ok_or_else(|| {
+                    Error::new(
+                        &codes::UNSUPPORTED_TYPE,
+                        format!(
+                            "column `{}` of `{table}`: an SQL region cannot hold values of type {}",
+                            f.name(),
+                            f.data_type()
+                        ),
+                    )
+                })?;
+                columns.push(format!(
+                    "CAST({} AS {ct}) AS {}",
+                    quote(f.name()),
+                    quote(f.name())
+                ));
+            }
+            let qualified: Vec<String> = table.split('.').map(quote).collect();
+            self.execute(
+                conn,
+                &format!(
+                    "CREATE TEMPORARY VIEW {} AS SELECT {}, row_number() OVER () AS {} FROM {}",
+                    quote(view),
+                    columns.join(", "),
+                    quote(ORD),
+                    qualified.join(".")
+                ),
+                vec![],
+            )
+            .await
+        })
+    }
+
     /// Stages the inputs, compiles the steps and reads every requested output.
     fn run_region<'a>(
         &'a self,
@@ -461,6 +522,11 @@ impl SqlBackend {
                 let temp = format!("__etl_in_{i}");
                 self.stage(conn, &temp, table).await?;
                 staged.insert(name.clone(), (temp, table.schema.clone()));
+            }
+            for (i, (name, (table, schema))) in self.in_place.iter().enumerate() {
+                let view = format!("__etl_table_{i}");
+                self.view_in_place(conn, &view, table, schema).await?;
+                staged.insert(name.clone(), (view, schema.clone()));
             }
             let (qb, rels) = self.compile(steps, &staged)?;
             let mut out = IndexMap::new();
@@ -557,6 +623,7 @@ impl Backend for SqlBackend {
             (Dialect::Postgres, "postgres" | "postgresql") => {
                 let url = format!("postgres://{}", uri.location);
                 let mut b = SqlBackend::postgres(&url)?;
+                b.in_place = location.tables.clone().into_iter().collect();
                 if let (Some(mode), Location::Postgres(o, _)) =
                     (uri.param("sslmode"), &mut b.location)
                 {
@@ -574,7 +641,9 @@ impl Backend for SqlBackend {
                 } else {
                     location.root.join(p)
                 };
-                Ok(Arc::new(SqlBackend::sqlite_file(path)))
+                let mut b = SqlBackend::sqlite_file(path);
+                b.in_place = location.tables.clone().into_iter().collect();
+                Ok(Arc::new(b))
             }
             _ => Err(Error::new(
                 &codes::REGION_LOCATION,

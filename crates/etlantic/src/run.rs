@@ -266,8 +266,17 @@ async fn run_batch_inner(
     let mut quarantine: Option<etlantic_sinks::quarantine::QuarantineWriter> = None;
     let mut relations: HashMap<String, Table> = HashMap::new();
 
-    // 1. Sources.
+    // 1. Sources (except tables an SQL region reads where they lie).
+    let in_place: HashMap<&str, &str> = plan
+        .regions
+        .iter()
+        .flat_map(|r| r.in_place.iter())
+        .map(|(s, t)| (s.as_str(), t.as_str()))
+        .collect();
     for s in &plan.sources {
+        if in_place.contains_key(s.id.as_str()) {
+            continue;
+        }
         let contract = plan.asset_contract(&s.asset)?;
         let uri = ctx.resolve_uri(&plan.assets[&s.asset].binding)?;
         let provider = plugin::source_provider(&uri.scheme).ok_or_else(|| {
@@ -344,7 +353,11 @@ async fn run_batch_inner(
             .map(|id| plan.step_task(id))
             .collect::<Result<Vec<_>>>()?;
         let mut inputs = IndexMap::new();
-        for name in &region.inputs {
+        for name in region
+            .inputs
+            .iter()
+            .filter(|n| !region.in_place.contains_key(*n))
+        {
             let t = relations.get(name).cloned().ok_or_else(|| {
                 Error::new(
                     &codes::PLAN_INVALID,
@@ -358,9 +371,23 @@ async fn run_batch_inner(
         }
         let outputs = match &region.location {
             Some(place) => {
+                let mut tables = IndexMap::new();
+                for (source, table) in &region.in_place {
+                    let asset = &plan
+                        .sources
+                        .iter()
+                        .find(|s| &s.id == source)
+                        .ok_or_else(|| {
+                            Error::new(&codes::PLAN_INVALID, format!("no source `{source}`"))
+                        })?
+                        .asset;
+                    let schema = plan.asset_contract(asset)?.arrow_schema();
+                    tables.insert(source.clone(), (table.clone(), schema));
+                }
                 let located = backend.at_location(&RegionLocation {
                     uri: ctx.resolve_uri(place)?,
                     root: ctx.root.clone(),
+                    tables,
                 })?;
                 located
                     .execute_batch(&steps, inputs, &region.outputs)

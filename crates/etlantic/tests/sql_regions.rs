@@ -363,3 +363,71 @@ fn a_stateful_streaming_step_on_an_sql_backend_is_refused() {
     assert!(text.contains("ETL404"), "{text}");
     assert!(text.contains("engines.per_customer"), "{text}");
 }
+
+/// `read=in_place`: the SQL region reads the PostgreSQL table where it lies — no row of
+/// it passes through ETLantic — and the output is the same. The database's types are the
+/// check there: a value that does not convert fails the run instead of being guessed.
+#[tokio::test]
+async fn an_sql_region_reads_a_postgres_table_in_place() {
+    let schema = format!("etl_in_place_{}", std::process::id());
+    let good_rows = ROWS.replace(", (4, 'globex', 'lots', 'paid')", "");
+    pg_exec(&format!(
+        "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema};
+         CREATE TABLE {schema}.orders (order_id BIGINT, customer TEXT, amount NUMERIC(10,2), status TEXT);
+         INSERT INTO {schema}.orders VALUES {good_rows};
+         CREATE TABLE {schema}.bad_orders (order_id BIGINT, customer TEXT, amount TEXT, status TEXT);
+         INSERT INTO {schema}.bad_orders VALUES (1, 'acme', 'lots', 'paid');"
+    ))
+    .await;
+    let orders = format!("{PG}?table={schema}.orders&read=in_place");
+    let p = Project::new(
+        &orders,
+        "file://out/revenue.csv",
+        &[
+            ("paid", "postgres"),
+            ("per_customer", "postgres"),
+            ("report", "postgres"),
+        ],
+    );
+    assert_lines(
+        &p.explain(),
+        &[
+            "r0 (Sql on postgres in postgres://postgres@127.0.0.1:5432/test): reads [orders], hands on [report]",
+            "source:orders → region:r0: orders (in-place)",
+            "region:r0 → sink:write_revenue: report (query-result→arrow)",
+        ],
+    );
+    let report = p.run_ok();
+    assert_eq!(p.read("out/revenue.csv"), EXPECTED);
+    assert_eq!(report["quarantined"], 0, "{report}");
+    assert!(
+        report["sources"].as_array().unwrap().is_empty(),
+        "no source read a row: {report}"
+    );
+
+    // A text that is not a number fails the region's query, with the database's reason.
+    let bad = Project::new(
+        &format!("{PG}?table={schema}.bad_orders&read=in_place"),
+        "file://out/revenue.csv",
+        &[
+            ("paid", "postgres"),
+            ("per_customer", "postgres"),
+            ("report", "postgres"),
+        ],
+    );
+    let o = bad.etlantic(&["run", "pipeline.yaml"]);
+    assert_eq!(o.status.code(), Some(4), "{}", describe(&o));
+    let text = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
+    assert!(
+        text.contains("ETL707") && text.contains("lots") && text.contains("read=in_place"),
+        "{text}"
+    );
+
+    // A reader outside the database's SQL region: the rows must be read after all.
+    let mixed = Project::new(&orders, "file://out/revenue.csv", &[("report", "postgres")]);
+    let o = mixed.etlantic(&["plan", "pipeline.yaml", "--format", "json"]);
+    assert_eq!(o.status.code(), Some(3), "{}", describe(&o));
+    let text = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
+    assert!(text.contains("ETL506") && text.contains("`paid`"), "{text}");
+    pg_exec(&format!("DROP SCHEMA {schema} CASCADE")).await;
+}

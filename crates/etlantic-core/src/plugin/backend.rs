@@ -100,6 +100,11 @@ pub struct RegionLocation {
     pub uri: crate::uri::BindingUri,
     /// The project root, against which relative file paths (SQLite files) resolve.
     pub root: std::path::PathBuf,
+    /// Relations the region reads where they lie instead of receiving them in
+    /// `execute_batch`: relation name → (table in that database, the schema it is read
+    /// as). An implementer reads exactly these columns, converted to these types, and
+    /// fails (never guesses) when a value does not convert.
+    pub tables: IndexMap<String, (String, SchemaRef)>,
 }
 
 /// An execution engine for batch regions.

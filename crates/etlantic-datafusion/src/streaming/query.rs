@@ -552,6 +552,8 @@ impl StreamingQuery {
                     Some(place) => backend.at_location(&etlantic_core::plugin::RegionLocation {
                         uri: resolve_uri(&place)?,
                         root: opts.root.clone(),
+                        // Streaming regions read no table in place (the planner refuses it).
+                        tables: IndexMap::new(),
                     })?,
                     None => Arc::new(BackendRef(backend)),
                 };
