@@ -431,3 +431,46 @@ async fn an_sql_region_reads_a_postgres_table_in_place() {
     assert!(text.contains("ETL506") && text.contains("`paid`"), "{text}");
     pg_exec(&format!("DROP SCHEMA {schema} CASCADE")).await;
 }
+
+/// The main job (`etlantic init`'s project, what `cargo xtask demo` runs) on every
+/// backend that can run its transformation where it is: DataFusion, Polars, and an SQL
+/// region in SQLite (a private in-memory database: its assets are files). Same output,
+/// same quarantine.
+#[test]
+fn the_init_project_gives_the_same_output_on_every_backend() {
+    for engine in [None, Some("polars"), Some("sqlite")] {
+        let tmp = tempfile::tempdir().unwrap();
+        for (path, text) in etlantic::scaffold::FILES {
+            let f = tmp.path().join(path);
+            std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+            let mut text = text.to_string();
+            if let (Some(e), true) = (engine, *path == "profiles/local.yaml") {
+                text.push_str(&format!("engines:\n  revenue: {e}\n"));
+            }
+            std::fs::write(f, text).unwrap();
+        }
+        let run = |args: &[&str]| {
+            Command::new(env!("CARGO_BIN_EXE_etlantic"))
+                .current_dir(tmp.path())
+                .args(args)
+                .output()
+                .unwrap()
+        };
+        let o = run(&["explain"]);
+        let text = String::from_utf8_lossy(&o.stdout);
+        let backend = engine.unwrap_or("datafusion");
+        assert!(
+            text.contains(&format!("on {backend}")),
+            "{engine:?}: {text}"
+        );
+        let o = run(&["run", "--format", "json"]);
+        assert!(o.status.success(), "{engine:?}: {}", describe(&o));
+        let report: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(report["quarantined"], 2, "{engine:?}: {report}");
+        assert_eq!(
+            std::fs::read_to_string(tmp.path().join("out/customer_revenue.csv")).unwrap(),
+            etlantic::scaffold::EXPECTED_OUTPUT,
+            "{engine:?}"
+        );
+    }
+}
