@@ -1,27 +1,37 @@
 //! The `nexmark://<stream>` generator: the three streams of the Nexmark auction
 //! benchmark (persons, auctions, bids), deterministic and replayable.
 //!
-//! `nexmark://bids?events_per_batch=100000&max_events=10000000&event_gap_us=100&start_ms=T`
+//! `nexmark://bids?events_per_batch=100000&max_events=10000000&event_gap_us=100&start_ms=T&seed=0&out_of_order=50`
 //!
-//! All three streams share one global event sequence, like the Nexmark generator: of
-//! every 50 events, event 0 is a person, 1-3 are auctions and 4-49 are bids. Event `n`
-//! happens at `start_ms + n * event_gap_us` (µs). A stream returns the events of its
-//! kind; its offset is the number of *global* events consumed (a JSON number), so that
-//! sources of different streams bound to the same options advance through the same
-//! event time. Values come from a hash of the event number (no state, no wall clock):
+//! All three streams share one global event sequence, as in Beam's Nexmark generator,
+//! whose distributions it follows (`GeneratorConfig` defaults):
 //!
-//! - person `id` (= person number), `name`, `city`, `date_time`;
-//! - auction `id` (= auction number), `seller` (a person seen so far), `category`
-//!   (0..10), `initial_bid`, `date_time`, `expires` (`date_time` + 10..20 s);
-//! - bid `auction` (one of the 100 most recent auctions), `bidder` (a person seen so
-//!   far), `price` (cents), `date_time`.
+//! - of every 50 event ids, 1 is a person, 3 are auctions and 46 are bids;
+//! - position `n` of the sequence happens at `start_ms + n * event_gap_us` and carries the
+//!   event id Beam's `nextAdjustedEventNumber` gives it: ids are permuted within groups of
+//!   `out_of_order` positions (default 50), so events arrive out of order;
+//! - persons have ids from 1000 (`id`, `name`, `email_address`, `credit_card`, `city`,
+//!   `state` of AZ/CA/ID/OR/WA/WY, `date_time`, `extra`); auctions from 1000 (`id`,
+//!   `item_name`, `description`, `initial_bid`, `reserve`, `date_time`, `expires`,
+//!   `seller`, `category` 10..14, `extra`); bids (`auction`, `bidder`, `price`, `channel`,
+//!   `url`, `date_time`, `extra`);
+//! - hot items: half of the bids go to the hot auction (the newest id rounded down to a
+//!   multiple of 100), 3 in 4 to the hot bidder, 3 in 4 auctions to the hot seller; the
+//!   rest to one of the 100 auctions in flight / 1000 active people (up to 10 ids ahead);
+//! - prices are 10^(6u) dollars in cents; an auction lasts up to twice the time in which
+//!   100 more auctions open; `extra` pads events to 200/500/100 bytes on average.
+//!
+//! A stream returns the events of its kind; its offset is the number of *global*
+//! positions consumed (a JSON number), so that sources of different streams bound to the
+//! same options advance through the same event time. Values come from a random sequence
+//! seeded by (`seed`, event id): no state, no wall clock, the same events on every run.
 //!
 //! Every trigger offers `events_per_batch` more events (default 10 000), up to
 //! `max_events` (default unlimited); a `max_records` read limit caps it too. The
 //! contract may hold any subset of a stream's columns (by name); timestamps may use any
 //! unit and time zone, integers any integer type. The source is unbounded only.
 
-use arrow::array::{ArrayRef, Int64Array, RecordBatch, RecordBatchOptions, StringArray};
+use arrow::array::{ArrayRef, Int64Array, RecordBatch, RecordBatchOptions};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, SchemaRef};
 use etlantic_core::data::Offset;
@@ -36,10 +46,6 @@ use std::sync::Arc;
 
 /// Events generated per chunk of `read`.
 const CHUNK_EVENTS: u64 = 50 * 4096;
-/// Events per Nexmark epoch (1 person, 3 auctions, 46 bids).
-const EPOCH: u64 = 50;
-/// Bids go to one of this many most recent auctions.
-const HOT_AUCTIONS: u64 = 100;
 
 /// The provider of `nexmark://` sources.
 #[derive(Clone, Copy, Debug, Default)]
@@ -71,6 +77,10 @@ pub struct NexmarkOptions {
     pub event_gap_us: i64,
     /// Event time of event 0 (epoch ms).
     pub start_ms: i64,
+    /// Seed of the random fields (same seed, same events).
+    pub seed: u64,
+    /// Beam's `outOfOrderGroupSize`: ids are permuted within groups of this many events.
+    pub out_of_order: u64,
 }
 
 impl NexmarkOptions {
@@ -96,6 +106,8 @@ impl NexmarkOptions {
             max_events: None,
             event_gap_us: 100,
             start_ms: 1_704_067_200_000,
+            seed: 0,
+            out_of_order: 50,
         };
         let bad = |k: &str, v: &str, what: &str| {
             Error::new(
@@ -114,13 +126,15 @@ impl NexmarkOptions {
                 "events_per_batch" => o.events_per_batch = positive()?,
                 "max_events" => o.max_events = Some(positive()?),
                 "event_gap_us" => o.event_gap_us = positive()? as i64,
+                "seed" => o.seed = v.parse().map_err(|_| bad(k, v, "an unsigned integer"))?,
+                "out_of_order" => o.out_of_order = positive()?,
                 "start_ms" => {
                     o.start_ms = v.parse().map_err(|_| bad(k, v, "epoch milliseconds"))?
                 }
                 other => {
                     return Err(Error::new(
                         &codes::BAD_URI,
-                        format!("`{uri}`: unknown parameter `{other}` for the Nexmark source (known: events_per_batch, max_events, event_gap_us, start_ms)"),
+                        format!("`{uri}`: unknown parameter `{other}` for the Nexmark source (known: events_per_batch, max_events, event_gap_us, start_ms, seed, out_of_order)"),
                     ))
                 }
             }
@@ -162,6 +176,67 @@ fn mix(n: u64, salt: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// The random numbers of one event: a splitmix64 sequence seeded by (seed, event id),
+/// as Beam seeds a `java.util.Random` with the event id. The draws are taken in Beam's
+/// order, so each field follows Beam's distribution.
+struct EventRng(u64);
+
+impl EventRng {
+    fn new(seed: u64, id: u64) -> Self {
+        EventRng(mix(id, seed ^ 0x6E65_786D_6172_6B21))
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        mix(self.0, 0)
+    }
+
+    /// Uniform in `0..n` (`n` ≥ 1).
+    fn below(&mut self, n: u64) -> u64 {
+        // Lemire's multiply-shift: unbiased enough for a benchmark, no division.
+        ((self.next() as u128 * n.max(1) as u128) >> 64) as u64
+    }
+
+    /// Uniform in [0, 1).
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Beam's `nextPrice`: 10^(6·u) dollars, in cents — most prices are small.
+    fn price(&mut self) -> i64 {
+        (10f64.powf(self.unit() * 6.0) * 100.0).round() as i64
+    }
+}
+
+/// Beam's generator constants (`GeneratorConfig`, `NexmarkConfiguration` defaults).
+mod beam {
+    /// Of every 50 events: 1 person, 3 auctions, 46 bids.
+    pub const PERSON_PROPORTION: u64 = 1;
+    pub const AUCTION_PROPORTION: u64 = 3;
+    pub const PROPORTION_DENOMINATOR: u64 = 50;
+    pub const FIRST_PERSON_ID: i64 = 1000;
+    pub const FIRST_AUCTION_ID: i64 = 1000;
+    pub const FIRST_CATEGORY_ID: i64 = 10;
+    pub const NUM_CATEGORIES: u64 = 5;
+    /// People who take part in auctions at any time.
+    pub const NUM_ACTIVE_PEOPLE: u64 = 1000;
+    /// Auctions that take bids at any time.
+    pub const NUM_IN_FLIGHT_AUCTIONS: u64 = 100;
+    /// A bid or auction may name a person or auction up to this far ahead.
+    pub const PERSON_ID_LEAD: u64 = 10;
+    pub const AUCTION_ID_LEAD: u64 = 10;
+    /// 1 in `HOT_*_RATIO` of bids / auctions go to the hot auction, bidder, seller...
+    pub const HOT_AUCTION_RATIO: u64 = 2;
+    pub const HOT_BIDDERS_RATIO: u64 = 4;
+    pub const HOT_SELLERS_RATIO: u64 = 4;
+    /// ...which is the newest id rounded down to a multiple of this.
+    pub const HOT_STRIDE: i64 = 100;
+    /// Average sizes of the events in bytes (the `extra` column pads to them).
+    pub const AVG_PERSON_BYTES: usize = 200;
+    pub const AVG_AUCTION_BYTES: usize = 500;
+    pub const AVG_BID_BYTES: usize = 100;
+}
+
 const CITIES: &[&str] = &[
     "Phoenix",
     "Los Angeles",
@@ -174,32 +249,61 @@ const CITIES: &[&str] = &[
     "Kent",
     "Cheyenne",
 ];
-const NAMES: &[&str] = &[
+const STATES: &[&str] = &["AZ", "CA", "ID", "OR", "WA", "WY"];
+const FIRST_NAMES: &[&str] = &[
     "Peter", "Paul", "Luke", "John", "Saul", "Vicky", "Kate", "Julie", "Sarah", "Deiter", "Walter",
 ];
+const LAST_NAMES: &[&str] = &[
+    "Shultz", "Abrams", "Spencer", "White", "Bartels", "Walton", "Smith", "Jones", "Noris",
+];
+const HOT_CHANNELS: &[&str] = &["Google", "Facebook", "Baidu", "Apple"];
+/// Padding for `extra` and other filler text (sliced, never allocated per character).
+static FILLER: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 ".repeat(16)
+});
 
-/// The columns of each stream: (name, natural type).
+/// A piece of filler text of `len` characters (at most the filler's), starting at a
+/// place chosen by `h`.
+fn filler(h: u64, len: usize) -> &'static str {
+    let all: &'static str = FILLER.as_str();
+    let len = len.min(all.len() / 2);
+    let at = (h % (all.len() - len + 1) as u64) as usize;
+    &all[at..at + len]
+}
+
+/// The columns of each stream: (name, natural type) — Beam's fields, snake_case.
 fn columns(stream: Stream) -> &'static [(&'static str, Kind)] {
     match stream {
         Stream::Persons => &[
             ("id", Kind::Int),
             ("name", Kind::Str),
+            ("email_address", Kind::Str),
+            ("credit_card", Kind::Str),
             ("city", Kind::Str),
+            ("state", Kind::Str),
             ("date_time", Kind::Time),
+            ("extra", Kind::Str),
         ],
         Stream::Auctions => &[
             ("id", Kind::Int),
-            ("seller", Kind::Int),
-            ("category", Kind::Int),
+            ("item_name", Kind::Str),
+            ("description", Kind::Str),
             ("initial_bid", Kind::Int),
+            ("reserve", Kind::Int),
             ("date_time", Kind::Time),
             ("expires", Kind::Time),
+            ("seller", Kind::Int),
+            ("category", Kind::Int),
+            ("extra", Kind::Str),
         ],
         Stream::Bids => &[
             ("auction", Kind::Int),
             ("bidder", Kind::Int),
             ("price", Kind::Int),
+            ("channel", Kind::Str),
+            ("url", Kind::Str),
             ("date_time", Kind::Time),
+            ("extra", Kind::Str),
         ],
     }
 }
@@ -209,6 +313,78 @@ enum Kind {
     Int,
     Str,
     Time,
+}
+
+/// The stream event id `id` belongs to (Beam: by `id % 50`).
+fn kind_of(id: u64) -> Stream {
+    let rem = id % beam::PROPORTION_DENOMINATOR;
+    if rem < beam::PERSON_PROPORTION {
+        Stream::Persons
+    } else if rem < beam::PERSON_PROPORTION + beam::AUCTION_PROPORTION {
+        Stream::Auctions
+    } else {
+        Stream::Bids
+    }
+}
+
+/// Beam's `lastBase0PersonId`: the newest person at event `id`. (Kept general in the
+/// proportions, which makes the `min` a no-op for Beam's 1 person per epoch.)
+#[allow(clippy::unnecessary_min_or_max)]
+fn last_person(id: u64) -> i64 {
+    let epoch = (id / beam::PROPORTION_DENOMINATOR) as i64;
+    let offset = (id % beam::PROPORTION_DENOMINATOR).min(beam::PERSON_PROPORTION - 1) as i64;
+    epoch * beam::PERSON_PROPORTION as i64 + offset
+}
+
+/// Beam's `lastBase0AuctionId`: the newest auction at event `id` (-1 before the first).
+fn last_auction(id: u64) -> i64 {
+    let mut epoch = (id / beam::PROPORTION_DENOMINATOR) as i64;
+    let mut offset = (id % beam::PROPORTION_DENOMINATOR) as i64;
+    let (p, a) = (
+        beam::PERSON_PROPORTION as i64,
+        beam::AUCTION_PROPORTION as i64,
+    );
+    if offset < p {
+        epoch -= 1;
+        offset = a - 1;
+    } else if offset >= p + a {
+        offset = a - 1;
+    } else {
+        offset -= p;
+    }
+    epoch * a + offset
+}
+
+/// Beam's `nextBase0PersonId`: one of the active people (or a few ahead).
+fn some_person(id: u64, rng: &mut EventRng) -> i64 {
+    let people = last_person(id) as u64 + 1;
+    let active = people.min(beam::NUM_ACTIVE_PEOPLE);
+    let n = rng.below(active + beam::PERSON_ID_LEAD);
+    (people - active + n) as i64
+}
+
+/// Beam's `nextBase0AuctionId`: one of the auctions in flight (or a few ahead).
+fn some_auction(id: u64, rng: &mut EventRng) -> i64 {
+    let max = last_auction(id).max(0);
+    let min = (max - beam::NUM_IN_FLIGHT_AUCTIONS as i64).max(0);
+    min + rng.below((max - min) as u64 + 1 + beam::AUCTION_ID_LEAD) as i64
+}
+
+/// The integer fields of one event, drawn in Beam's order.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Ints {
+    id: i64,
+    seller: i64,
+    category: i64,
+    initial_bid: i64,
+    reserve: i64,
+    /// Auction length (µs).
+    length_us: i64,
+    auction: i64,
+    bidder: i64,
+    price: i64,
+    /// Which channel (0..4 hot, else `channel-N`).
+    channel: u64,
 }
 
 /// A `nexmark://` source.
@@ -259,62 +435,147 @@ impl NexmarkSource {
         })
     }
 
-    /// Whether global event `n` belongs to this stream.
-    fn is_ours(&self, n: u64) -> bool {
-        let o = n % EPOCH;
-        match self.options.stream {
-            Stream::Persons => o == 0,
-            Stream::Auctions => (1..=3).contains(&o),
-            Stream::Bids => o >= 4,
-        }
+    /// The event id generated at position `n` of the sequence: Beam's
+    /// `nextAdjustedEventNumber`, which permutes each group of `out_of_order` positions
+    /// (timestamps follow positions, so ids arrive out of order within a group).
+    fn event_id(&self, n: u64) -> u64 {
+        let g = self.options.out_of_order;
+        (n / g) * g + (n.wrapping_mul(953)) % g
     }
 
     fn time_us(&self, n: u64) -> i64 {
         self.options.start_ms * 1000 + n as i64 * self.options.event_gap_us
     }
 
-    /// The value of column `name` of event `n` (which is of this stream).
-    fn int(&self, name: &str, n: u64) -> i64 {
-        let epoch = n / EPOCH;
-        let o = n % EPOCH;
-        let persons_so_far = epoch + 1;
-        match (self.options.stream, name) {
-            (Stream::Persons, "id") => epoch as i64,
-            (Stream::Auctions, "id") => (epoch * 3 + o - 1) as i64,
-            (Stream::Auctions, "seller") => (mix(n, 1) % persons_so_far) as i64,
-            (Stream::Auctions, "category") => (mix(n, 2) % 10) as i64,
-            (Stream::Auctions, "initial_bid") => (100 + mix(n, 3) % 10_000) as i64,
-            (Stream::Bids, "auction") => {
-                let newest = epoch * 3 + 2;
-                newest.saturating_sub(mix(n, 4) % HOT_AUCTIONS) as i64
+    /// The integer fields of event `id` (which is of this stream).
+    fn ints(&self, id: u64) -> Ints {
+        let mut rng = EventRng::new(self.options.seed, id);
+        let mut e = Ints::default();
+        match self.options.stream {
+            Stream::Persons => e.id = last_person(id) + beam::FIRST_PERSON_ID,
+            Stream::Auctions => {
+                e.id = last_auction(id) + beam::FIRST_AUCTION_ID;
+                e.seller = if rng.below(beam::HOT_SELLERS_RATIO) > 0 {
+                    (last_person(id) / beam::HOT_STRIDE) * beam::HOT_STRIDE
+                } else {
+                    some_person(id, &mut rng)
+                } + beam::FIRST_PERSON_ID;
+                e.category = beam::FIRST_CATEGORY_ID + rng.below(beam::NUM_CATEGORIES) as i64;
+                e.initial_bid = rng.price();
+                e.reserve = e.initial_bid + rng.price();
+                // Beam's `nextAuctionLengthMs`: uniform up to twice the time in which
+                // `NUM_IN_FLIGHT_AUCTIONS` more auctions open.
+                let horizon_events = beam::NUM_IN_FLIGHT_AUCTIONS * beam::PROPORTION_DENOMINATOR
+                    / beam::AUCTION_PROPORTION;
+                let horizon_us = horizon_events as i64 * self.options.event_gap_us;
+                e.length_us = 1 + rng.below((horizon_us * 2).max(1) as u64) as i64;
             }
-            (Stream::Bids, "bidder") => (mix(n, 5) % persons_so_far) as i64,
-            (Stream::Bids, "price") => (100 + mix(n, 6) % 100_000) as i64,
-            _ => 0,
+            Stream::Bids => {
+                e.auction = if rng.below(beam::HOT_AUCTION_RATIO) > 0 {
+                    (last_auction(id).max(0) / beam::HOT_STRIDE) * beam::HOT_STRIDE
+                } else {
+                    some_auction(id, &mut rng)
+                } + beam::FIRST_AUCTION_ID;
+                e.bidder = if rng.below(beam::HOT_BIDDERS_RATIO) > 0 {
+                    (last_person(id) / beam::HOT_STRIDE) * beam::HOT_STRIDE + 1
+                } else {
+                    some_person(id, &mut rng)
+                } + beam::FIRST_PERSON_ID;
+                e.price = rng.price();
+                e.channel = if rng.below(100) > 0 {
+                    rng.below(HOT_CHANNELS.len() as u64)
+                } else {
+                    HOT_CHANNELS.len() as u64 + rng.below(10_000)
+                };
+            }
         }
+        e
     }
 
-    fn batch(&self, events: &[u64]) -> Result<RecordBatch> {
+    /// A string column of event `id` (`ints` are its integer fields).
+    fn string(&self, name: &str, id: u64, ints: &Ints, out: &mut String) {
+        use std::fmt::Write;
+        let h = |salt: u64| mix(id, self.options.seed.wrapping_add(salt));
+        let pick = |salt: u64, list: &[&'static str]| list[(h(salt) % list.len() as u64) as usize];
+        out.clear();
+        let _ = match name {
+            "name" => write!(out, "{} {}", pick(1, FIRST_NAMES), pick(2, LAST_NAMES)),
+            "email_address" => write!(out, "{}@{}.com", filler(h(3), 7), filler(h(4), 5)),
+            "credit_card" => write!(
+                out,
+                "{:04} {:04} {:04} {:04}",
+                h(5) % 10_000,
+                h(6) % 10_000,
+                h(7) % 10_000,
+                h(8) % 10_000
+            ),
+            "city" => write!(out, "{}", pick(9, CITIES)),
+            "state" => write!(out, "{}", pick(10, STATES)),
+            "item_name" => write!(out, "{}", filler(h(11), 20)),
+            "description" => write!(out, "{}", filler(h(12), 100)),
+            "channel" => match HOT_CHANNELS.get(ints.channel as usize) {
+                Some(c) => write!(out, "{c}"),
+                None => write!(out, "channel-{}", ints.channel),
+            },
+            "url" => write!(
+                out,
+                "https://www.nexmark.com/{}/{}/item.htm?query=1&channel_id={}",
+                filler(h(13), 5),
+                filler(h(14), 5),
+                ints.channel
+            ),
+            _ => {
+                // `extra`: pads the event to Beam's average size (±20%).
+                let avg = match self.options.stream {
+                    Stream::Persons => beam::AVG_PERSON_BYTES,
+                    Stream::Auctions => beam::AVG_AUCTION_BYTES,
+                    Stream::Bids => beam::AVG_BID_BYTES,
+                };
+                let base = match self.options.stream {
+                    Stream::Persons => 80,
+                    Stream::Auctions => 170,
+                    Stream::Bids => 70,
+                };
+                let len = (avg - base) * (80 + (h(15) % 41) as usize) / 100;
+                write!(out, "{}", filler(h(16), len))
+            }
+        };
+    }
+
+    fn batch(&self, positions: &[u64]) -> Result<RecordBatch> {
         let engine = |e: arrow::error::ArrowError| Error::new(&codes::ENGINE_ERROR, e.to_string());
+        let ids: Vec<u64> = positions.iter().map(|n| self.event_id(*n)).collect();
+        let ints: Vec<Ints> = ids.iter().map(|id| self.ints(*id)).collect();
         let mut arrays: Vec<ArrayRef> = Vec::with_capacity(self.fields.len());
         for ((name, kind), f) in self.fields.iter().zip(self.schema.fields()) {
             let a: ArrayRef = match kind {
-                Kind::Int => Arc::new(Int64Array::from_iter_values(
-                    events.iter().map(|n| self.int(name, *n)),
-                )),
+                Kind::Int => Arc::new(Int64Array::from_iter_values(ints.iter().map(
+                    |e| match *name {
+                        "id" => e.id,
+                        "seller" => e.seller,
+                        "category" => e.category,
+                        "initial_bid" => e.initial_bid,
+                        "reserve" => e.reserve,
+                        "auction" => e.auction,
+                        "bidder" => e.bidder,
+                        _ => e.price,
+                    },
+                ))),
                 Kind::Str => {
-                    Arc::new(StringArray::from_iter_values(events.iter().map(
-                        |n| match *name {
-                            "name" => NAMES[(mix(*n, 7) % NAMES.len() as u64) as usize],
-                            _ => CITIES[(mix(*n, 8) % CITIES.len() as u64) as usize],
-                        },
-                    )))
+                    let mut b =
+                        arrow::array::StringBuilder::with_capacity(ids.len(), ids.len() * 16);
+                    let mut s = String::new();
+                    for (id, e) in ids.iter().zip(&ints) {
+                        self.string(name, *id, e, &mut s);
+                        b.append_value(&s);
+                    }
+                    Arc::new(b.finish())
                 }
                 Kind::Time => {
-                    let us = events.iter().map(|n| {
+                    let us = positions.iter().zip(&ints).map(|(n, e)| {
                         let t = self.time_us(*n);
                         if *name == "expires" {
-                            t + 10_000_000 + (mix(*n, 9) % 10_000_000) as i64
+                            t + e.length_us
                         } else {
                             t
                         }
@@ -334,9 +595,14 @@ impl NexmarkSource {
         RecordBatch::try_new_with_options(
             self.schema.clone(),
             arrays,
-            &RecordBatchOptions::new().with_row_count(Some(events.len())),
+            &RecordBatchOptions::new().with_row_count(Some(positions.len())),
         )
         .map_err(engine)
+    }
+
+    /// Whether the event at position `n` belongs to this stream.
+    fn is_ours(&self, n: u64) -> bool {
+        kind_of(self.event_id(n)) == self.options.stream
     }
 }
 
@@ -397,6 +663,7 @@ impl Source for NexmarkSource {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arrow::array::{Array, StringArray};
     use arrow::datatypes::{Field, Schema, TimeUnit};
     use etlantic_core::streaming::ExecutionMode;
 
@@ -421,15 +688,33 @@ mod tests {
         DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
     }
 
+    fn ints(b: &RecordBatch, col: usize) -> Vec<i64> {
+        b.column(col)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap()
+            .values()
+            .to_vec()
+    }
+
+    async fn read_all(s: &mut NexmarkSource) -> Vec<RecordBatch> {
+        let end = s
+            .latest_offset(None, &ReadLimit::unlimited())
+            .await
+            .unwrap()
+            .unwrap();
+        s.read(None, &end).await.unwrap().batches
+    }
+
     #[tokio::test]
     async fn streams_share_one_event_sequence_and_replay() {
         let mut auctions = source(
-            "nexmark://auctions?events_per_batch=100&start_ms=0",
+            "nexmark://auctions?events_per_batch=100&start_ms=0&out_of_order=1",
             &[("id", DataType::Int64), ("date_time", ts())],
         )
         .unwrap();
         let mut bids = source(
-            "nexmark://bids?events_per_batch=100&start_ms=0",
+            "nexmark://bids?events_per_batch=100&start_ms=0&out_of_order=1",
             &[
                 ("auction", DataType::Int64),
                 ("date_time", ts()),
@@ -444,24 +729,16 @@ mod tests {
             .unwrap();
         assert_eq!(end.0, serde_json::json!(100));
         let a = auctions.read(None, &end).await.unwrap();
-        // Events 1-3 and 51-53 are auctions 0..6, at 100 µs per event.
+        // Events 1-3 and 51-53 are auctions 1000..1006, at 100 µs per event.
         assert_eq!(a.num_rows(), 6);
-        let ids = a.batches[0]
-            .column(0)
-            .as_any()
-            .downcast_ref::<Int64Array>()
-            .unwrap();
-        assert_eq!(ids.values(), &[0, 1, 2, 3, 4, 5]);
+        assert_eq!(ints(&a.batches[0], 0), [1000, 1001, 1002, 1003, 1004, 1005]);
         let b = bids.read(None, &end).await.unwrap();
         assert_eq!(b.num_rows(), 92);
         assert_eq!(b.batches[0].column(2).data_type(), &DataType::Int32);
-        // Bids go to auctions that exist already.
-        let auc = b.batches[0]
-            .column(0)
-            .as_any()
-            .downcast_ref::<Int64Array>()
-            .unwrap();
-        assert!(auc.values()[..46].iter().all(|x| (0..=2).contains(x)));
+        // Bids go to auctions in flight, or at most 10 ahead of the newest (Beam's lead).
+        assert!(ints(&b.batches[0], 0)[..46]
+            .iter()
+            .all(|x| (1000..=1012).contains(x)));
         // Deterministic: the same range gives the same rows.
         let again = bids.read(None, &end).await.unwrap();
         assert_eq!(again.batches, b.batches);
@@ -484,6 +761,114 @@ mod tests {
                 .unwrap(),
             Some(o)
         );
+    }
+
+    /// Beam's mix, hot items, categories and out-of-order groups, over 100 000 events.
+    #[tokio::test]
+    async fn the_distributions_are_beams() {
+        let opts = "events_per_batch=100000&start_ms=0";
+        let mut bids = source(
+            &format!("nexmark://bids?{opts}"),
+            &[
+                ("auction", DataType::Int64),
+                ("bidder", DataType::Int64),
+                ("price", DataType::Int64),
+                ("date_time", ts()),
+            ],
+        )
+        .unwrap();
+        let mut auctions = source(
+            &format!("nexmark://auctions?{opts}"),
+            &[
+                ("id", DataType::Int64),
+                ("seller", DataType::Int64),
+                ("category", DataType::Int64),
+            ],
+        )
+        .unwrap();
+        let mut persons = source(
+            &format!("nexmark://persons?{opts}"),
+            &[
+                ("id", DataType::Int64),
+                ("state", DataType::Utf8),
+                ("extra", DataType::Utf8),
+            ],
+        )
+        .unwrap();
+        let count = |b: &[RecordBatch]| b.iter().map(|b| b.num_rows()).sum::<usize>();
+        let (b, a, p) = (
+            read_all(&mut bids).await,
+            read_all(&mut auctions).await,
+            read_all(&mut persons).await,
+        );
+        // 1:3:46 exactly: out-of-order groups permute ids within 50 positions.
+        assert_eq!((count(&p), count(&a), count(&b)), (2_000, 6_000, 92_000));
+        let all = |batches: &[RecordBatch], col: usize| -> Vec<i64> {
+            batches.iter().flat_map(|b| ints(b, col)).collect()
+        };
+        let share = |v: &[i64], f: &dyn Fn(i64) -> bool| {
+            v.iter().filter(|x| f(**x)).count() as f64 / v.len() as f64
+        };
+        let auction = all(&b, 0);
+        let bidder = all(&b, 1);
+        let hot_auction = share(&auction, &|x| x % 100 == 0);
+        let hot_bidder = share(&bidder, &|x| x % 100 == 1);
+        assert!(
+            (0.48..0.53).contains(&hot_auction),
+            "hot auctions {hot_auction}"
+        );
+        assert!(
+            (0.73..0.77).contains(&hot_bidder),
+            "hot bidders {hot_bidder}"
+        );
+        let seller = all(&a, 1);
+        let hot_seller = share(&seller, &|x| x % 100 == 0);
+        assert!(
+            (0.73..0.77).contains(&hot_seller),
+            "hot sellers {hot_seller}"
+        );
+        let cats = all(&a, 2);
+        assert!(cats.iter().all(|c| (10..15).contains(c)));
+        // Prices: 10^(6u) dollars, so the median is about $1000.
+        let mut prices = all(&b, 2);
+        prices.sort();
+        let median = prices[prices.len() / 2];
+        assert!((50_000..200_000).contains(&median), "median price {median}");
+        // Out of order: auction ids do not ascend with time, but every id 1000.. appears
+        // once.
+        let ids = all(&a, 0);
+        assert!(
+            ids.windows(2).any(|w| w[1] < w[0]),
+            "ids arrive out of order"
+        );
+        let mut sorted = ids.clone();
+        sorted.sort();
+        assert_eq!(sorted, (1000..7000).collect::<Vec<i64>>());
+        // Persons' states are Beam's six; `extra` pads a person to ~200 bytes.
+        let states = p[0]
+            .column(1)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap();
+        assert!(states
+            .iter()
+            .all(|s| ["AZ", "CA", "ID", "OR", "WA", "WY"].contains(&s.unwrap())));
+        let extra = p[0]
+            .column(2)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap();
+        let avg = extra.iter().map(|s| s.unwrap().len()).sum::<usize>() / extra.len();
+        assert!((100..140).contains(&avg), "extra {avg}");
+        // Another seed, other prices; the same seed, the same.
+        let mut other = source(
+            &format!("nexmark://bids?{opts}&seed=7"),
+            &[("price", DataType::Int64)],
+        )
+        .unwrap();
+        let o = all(&read_all(&mut other).await, 0);
+        assert_ne!(o[..100], all(&b, 2)[..100]);
+        assert_eq!(all(&read_all(&mut bids).await, 2), all(&b, 2));
     }
 
     #[test]
