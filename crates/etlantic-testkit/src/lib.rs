@@ -7,3 +7,4 @@
 
 pub mod conformance;
 pub mod equivalence;
+pub mod nexmark;

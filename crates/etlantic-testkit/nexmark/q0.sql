@@ -1,0 +1,1 @@
+SELECT auction, bidder, price, channel, url, date_time, extra FROM bids

@@ -1,0 +1,1 @@
+SELECT auction, price FROM bids WHERE auction % 123 = 0

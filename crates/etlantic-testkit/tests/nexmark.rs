@@ -1,0 +1,123 @@
+//! Every Nexmark query pipeline (`crates/etlantic-testkit/nexmark/`) on the streaming
+//! runtime, fed by the `nexmark://` generator in many micro-batches, equals its reference
+//! SQL run by DataFusion in batch over the same generated events (as multisets).
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use arrow::util::display::array_value_to_string;
+use datafusion::prelude::SessionContext;
+use etlantic_core::plugin::{ReadLimit, Source, SourceContext};
+use etlantic_core::streaming::ExecutionMode;
+use etlantic_core::uri::BindingUri;
+use etlantic_datafusion::streaming::{StreamingOptions, StreamingQuery};
+use etlantic_plan::Project;
+use etlantic_sinks::memory::MemorySink;
+use etlantic_sources::nexmark::NexmarkSource;
+use etlantic_testkit::nexmark::{profile, Query, QUERIES};
+
+const EVENTS: u64 = 60_000;
+const PER_BATCH: u64 = 5_000;
+
+/// Every value of every row as text, sorted.
+fn rows(batches: &[RecordBatch]) -> Vec<String> {
+    let mut out = Vec::new();
+    for b in batches {
+        for i in 0..b.num_rows() {
+            let cells: Vec<String> = b
+                .columns()
+                .iter()
+                .map(|c| array_value_to_string(c, i).unwrap())
+                .collect();
+            out.push(cells.join("|"));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// All the events of one generator stream, read in one range.
+async fn generated(asset: &str, schema: SchemaRef) -> Vec<RecordBatch> {
+    let uri = format!("nexmark://{asset}?events_per_batch={EVENTS}&max_events={EVENTS}&start_ms=0");
+    let mut s = NexmarkSource::new(SourceContext {
+        asset: asset.into(),
+        uri: BindingUri::parse(&uri).unwrap(),
+        schema,
+        contract: None,
+        root: ".".into(),
+        mode: ExecutionMode::Streaming,
+        state_dir: None,
+    })
+    .unwrap();
+    let end = s
+        .latest_offset(None, &ReadLimit::unlimited())
+        .await
+        .unwrap()
+        .unwrap();
+    s.read(None, &end).await.unwrap().batches
+}
+
+async fn run(q: &Query) -> (Vec<String>, Vec<String>) {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = format!("nexmark_{}_{}", q.name, std::process::id());
+    std::fs::write(dir.path().join("pipeline.yaml"), q.pipeline).unwrap();
+    std::fs::write(
+        dir.path().join("profile.yaml"),
+        profile(q, EVENTS, PER_BATCH, &sink),
+    )
+    .unwrap();
+    let project = Project::load(
+        &dir.path().join("pipeline.yaml"),
+        Some(&dir.path().join("profile.yaml")),
+    )
+    .unwrap_or_else(|e| panic!("{}: {e}", q.name));
+    let plan = etlantic_plan::plan(&project)
+        .into_result()
+        .unwrap_or_else(|e| panic!("{}: {e}", q.name));
+
+    // The reference: DataFusion SQL over the same events.
+    let ctx = SessionContext::new();
+    for s in &plan.sources {
+        let schema = plan.asset_contract(&s.asset).unwrap().arrow_schema();
+        let batches = generated(&s.asset, schema.clone()).await;
+        let table = datafusion::datasource::MemTable::try_new(schema, vec![batches]).unwrap();
+        ctx.register_table(s.asset.as_str(), std::sync::Arc::new(table))
+            .unwrap();
+    }
+    let want = rows(
+        &ctx.sql(q.reference_sql)
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", q.name))
+            .collect()
+            .await
+            .unwrap(),
+    );
+
+    MemorySink::clear(&sink);
+    let opts = StreamingOptions::new(dir.path(), dir.path().join("chk"));
+    let mut query = StreamingQuery::start(&plan, opts)
+        .await
+        .unwrap_or_else(|e| panic!("{}: {e}", q.name));
+    let batches = query.process_all_available().await.unwrap();
+    assert!(
+        batches >= EVENTS / PER_BATCH,
+        "{}: {batches} micro-batches",
+        q.name
+    );
+    let got: Vec<RecordBatch> = MemorySink::snapshot(&sink)
+        .into_iter()
+        .flat_map(|w| w.table.batches)
+        .collect();
+    MemorySink::clear(&sink);
+    (rows(&got), want)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_nexmark_query_equals_its_reference_sql() {
+    for q in QUERIES {
+        let (got, want) = run(q).await;
+        assert!(!want.is_empty(), "{}: the reference has rows", q.name);
+        assert_eq!(got.len(), want.len(), "{}: row count", q.name);
+        assert!(got == want, "{}: rows differ", q.name);
+        println!("{}: {} rows equal", q.name, got.len());
+    }
+}
