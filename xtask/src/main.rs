@@ -37,7 +37,8 @@ enum Cmd {
     /// time-bounded Nexmark join of bids and auctions: events/s and state size over time;
     /// `ETLANTIC_BENCH_EVENTS` sets the number of generator events, default 20M) or
     /// `kafka` (Kafka mock cluster → window → Delta: events/s and checkpoint cost per
-    /// micro-batch; `ETLANTIC_BENCH_EVENTS`, default 1M).
+    /// micro-batch; `ETLANTIC_BENCH_EVENTS`, default 1M) or `nexmark` (the Nexmark
+    /// queries, streaming vs DataFusion batch; `--events`, default 2M).
     Bench {
         /// Which benchmark.
         #[arg(default_value = "clicks")]
@@ -45,6 +46,9 @@ enum Cmd {
         /// Measurements per engine.
         #[arg(long, default_value_t = 3)]
         runs: usize,
+        /// Generator events (`nexmark`; default 2M).
+        #[arg(long)]
+        events: Option<u64>,
     },
 }
 
@@ -194,7 +198,7 @@ fn main() -> Result<()> {
             let q = std::fs::read_to_string(demo.join("out/quarantine.jsonl")).unwrap_or_default();
             println!("out/quarantine.jsonl:\n{q}");
         }
-        Cmd::Bench { name, runs } => {
+        Cmd::Bench { name, runs, events } => {
             ensure_protoc()?;
             match name.as_str() {
                 "clicks" => {
@@ -244,7 +248,18 @@ fn main() -> Result<()> {
                         .args(["bench", "-p", "etlantic", "--bench", "kafka_delta", "--"])
                         .args(["--events", &events]))?;
                 }
-                other => bail!("unknown benchmark `{other}` (known: clicks, join, kafka)"),
+                "nexmark" => {
+                    // The Nexmark queries on the streaming runtime and as DataFusion batch
+                    // queries; writes docs/nexmark.md.
+                    let events = events.unwrap_or(2_000_000).to_string();
+                    run(Command::new(cargo())
+                        .current_dir(&root)
+                        .args(["bench", "-p", "etlantic", "--no-default-features"])
+                        .args(["--bench", "nexmark", "--"])
+                        .args(["--events", &events, "--markdown"])
+                        .arg(root.join("docs/nexmark.md")))?;
+                }
+                other => bail!("unknown benchmark `{other}` (known: clicks, join, kafka, nexmark)"),
             }
         }
         Cmd::Equivalence => {

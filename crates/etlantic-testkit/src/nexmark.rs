@@ -49,8 +49,8 @@ pub fn query_dir() -> PathBuf {
 }
 
 /// A streaming profile for `query`: its sources bound to the generator streams of their
-/// names with `events` events in all and `per_batch` per micro-batch, and `out` to a
-/// memory sink named `sink`.
+/// names with `events` events in all and `per_batch` per micro-batch, and `out` to the
+/// binding `sink` (e.g. `memory://name`).
 pub fn profile(query: &Query, events: u64, per_batch: u64, sink: &str) -> String {
     let pipeline: etlantic_core::model::Pipeline =
         serde_yaml::from_str(query.pipeline).expect("the query files parse");
@@ -61,6 +61,6 @@ pub fn profile(query: &Query, events: u64, per_batch: u64, sink: &str) -> String
             s.asset, s.asset
         ));
     }
-    p.push_str(&format!("  out: memory://{sink}\n"));
+    p.push_str(&format!("  out: {sink}\n"));
     p
 }

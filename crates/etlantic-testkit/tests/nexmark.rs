@@ -62,7 +62,7 @@ async fn run(q: &Query) -> (Vec<String>, Vec<String>) {
     std::fs::write(dir.path().join("pipeline.yaml"), q.pipeline).unwrap();
     std::fs::write(
         dir.path().join("profile.yaml"),
-        profile(q, EVENTS, PER_BATCH, &sink),
+        profile(q, EVENTS, PER_BATCH, &format!("memory://{sink}")),
     )
     .unwrap();
     let project = Project::load(
