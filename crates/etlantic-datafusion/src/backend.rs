@@ -20,33 +20,6 @@ use indexmap::IndexMap;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct DataFusionBackend;
 
-impl DataFusionBackend {
-    /// The inputs of `task` by port, looked up in `relations` by relation name.
-    fn task_inputs(
-        task: &StepTask,
-        relations: &IndexMap<String, Table>,
-    ) -> Result<IndexMap<String, Table>> {
-        task.inputs
-            .iter()
-            .map(|(port, relation)| {
-                relations
-                    .get(relation)
-                    .cloned()
-                    .map(|t| (port.clone(), t))
-                    .ok_or_else(|| {
-                        error::err(
-                            &codes::UNKNOWN_NODE,
-                            format!(
-                                "step `{}` reads `{relation}` (port `{port}`), which is neither an input of the region nor an earlier step",
-                                task.id
-                            ),
-                        )
-                    })
-            })
-            .collect()
-    }
-}
-
 #[async_trait::async_trait]
 impl Backend for DataFusionBackend {
     fn name(&self) -> &'static str {
@@ -88,7 +61,7 @@ impl Backend for DataFusionBackend {
         let mut relations = inputs;
         for task in steps {
             tracing::debug!(step = %task.id, "datafusion: running step");
-            let inputs = Self::task_inputs(task, &relations)?;
+            let inputs = task.port_inputs(&relations)?;
             let table = step::execute(task, inputs)
                 .await
                 .map_err(|e| error::at(e, &format!("transforms[{}]", task.id)))?;

@@ -31,31 +31,6 @@ use std::collections::HashMap;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PolarsBackend;
 
-/// The inputs of `task` by port, looked up in `relations` by relation name.
-fn task_inputs<T: Clone>(
-    task: &StepTask,
-    relations: &IndexMap<String, T>,
-) -> Result<IndexMap<String, T>> {
-    task.inputs
-        .iter()
-        .map(|(port, relation)| {
-            relations
-                .get(relation)
-                .cloned()
-                .map(|t| (port.clone(), t))
-                .ok_or_else(|| {
-                    error::err(
-                        &codes::UNKNOWN_NODE,
-                        format!(
-                            "step `{}` reads `{relation}` (port `{port}`), which is neither an input of the region nor an earlier step",
-                            task.id
-                        ),
-                    )
-                })
-        })
-        .collect()
-}
-
 /// Schemas by port (accepting relation names too, as the reference engine does).
 fn schemas_by_port(
     step: &StepTask,
@@ -249,7 +224,7 @@ impl Backend for PolarsBackend {
         let mut relations = inputs;
         for task in steps {
             tracing::debug!(step = %task.id, "polars: running step");
-            let inputs = task_inputs(task, &relations)?;
+            let inputs = task.port_inputs(&relations)?;
             let table = self
                 .run_step(task, inputs)
                 .map_err(|e| error::at(e, &format!("transforms[{}]", task.id)))?;

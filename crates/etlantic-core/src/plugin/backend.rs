@@ -92,6 +92,35 @@ pub struct StepTask {
     pub logic: StepLogic,
 }
 
+impl StepTask {
+    /// The step's inputs by port, looked up by relation name in `relations` (the
+    /// region's inputs and the results of its earlier steps); `ETL201` when one is
+    /// missing.
+    pub fn port_inputs<T: Clone>(
+        &self,
+        relations: &IndexMap<String, T>,
+    ) -> Result<IndexMap<String, T>> {
+        self.inputs
+            .iter()
+            .map(|(port, relation)| {
+                relations
+                    .get(relation)
+                    .cloned()
+                    .map(|t| (port.clone(), t))
+                    .ok_or_else(|| {
+                        crate::diagnostics::Error::new(
+                            &crate::diagnostics::codes::UNKNOWN_NODE,
+                            format!(
+                                "step `{}` reads `{relation}` (port `{port}`), which is neither an input of the region nor an earlier step",
+                                self.id
+                            ),
+                        )
+                    })
+            })
+            .collect()
+    }
+}
+
 /// Where a region runs, for backends that run inside another system (an SQL region runs
 /// inside the database named by `uri`).
 #[derive(Clone, Debug, PartialEq)]
