@@ -254,7 +254,9 @@ fn main() -> Result<()> {
                     let events = events.unwrap_or(2_000_000).to_string();
                     run(Command::new(cargo())
                         .current_dir(&root)
-                        .args(["bench", "-p", "etlantic", "--no-default-features"])
+                        // Only DataFusion and the generator: no connector, no Polars, no
+                        // SQL backends, so the release build is short.
+                        .args(["bench", "-p", "etlantic-testkit", "--no-default-features"])
                         .args(["--bench", "nexmark", "--"])
                         .args(["--events", &events, "--markdown"])
                         .arg(root.join("docs/nexmark.md")))?;

@@ -1080,3 +1080,71 @@ async fn static_sources_are_refused_where_they_cannot_work() {
     assert!(!planned);
     assert!(codes.contains(&"ETL530".to_string()), "{codes:?}");
 }
+
+/// Feeds 14 scenario batches (an impression and a click a second later on one of three
+/// ads, 5 s apart), restarting the query before the feeds in `restarts`; returns the
+/// rows each feed emitted and the state size after it.
+async fn long_run(fx: &Fixture, restarts: &[usize]) -> Vec<(Vec<String>, u64)> {
+    let mut got = Vec::new();
+    let mut run = fx.start().await;
+    for k in 0..14usize {
+        if restarts.contains(&k) {
+            drop(run);
+            run = fx.start().await;
+            run.new_rows("out");
+        }
+        let ad = format!("a{}", k % 3);
+        let t = 5 * k as i64;
+        run.feed(&[
+            ("imps", vec![imp(t, &ad)]),
+            ("clicks", vec![click(t + 1, &ad)]),
+        ])
+        .await;
+        let state = op(
+            run.progress().last().expect("a micro-batch"),
+            "numRowsTotal",
+        );
+        got.push((run.new_rows("out"), state));
+    }
+    got
+}
+
+#[tokio::test]
+async fn join_state_is_checkpointed_as_changes_between_whole_snapshots() {
+    let reference = long_run(
+        &join_fixture(
+            "ssj_log_ref",
+            "left",
+            Some("10 seconds"),
+            Some("5 seconds"),
+            RANGE,
+        ),
+        &[],
+    )
+    .await;
+    assert!(reference.iter().any(|(r, _)| !r.is_empty()));
+    // Restarts before, at and after the whole snapshot of version 10, each restoring
+    // from a snapshot with changes applied (or from changes alone).
+    let fx = join_fixture(
+        "ssj_log",
+        "left",
+        Some("10 seconds"),
+        Some("5 seconds"),
+        RANGE,
+    );
+    let got = long_run(&fx, &[3, 5, 6, 9, 12]).await;
+    assert_eq!(got, reference);
+    let dir = std::fs::read_dir(fx.checkpoint().join("state"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(names.contains(&"10.arrow".to_string()), "{names:?}");
+    assert!(names.contains(&"11.delta.arrow".to_string()), "{names:?}");
+    assert!(!names.contains(&"11.arrow".to_string()), "{names:?}");
+}

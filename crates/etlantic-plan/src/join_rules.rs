@@ -15,13 +15,14 @@
 //!   and anti with the stream on the left; full outer joins with a static side are
 //!   refused (`ETL404`);
 //! - a stateful step after a stream-stream join is refused (`ETL404`): the embedded
-//!   runtime has one global watermark and does not propagate a join's output watermark;
+//!   runtime has one global watermark and does not propagate a join's output watermark
+//!   (a join after window aggregations is fine: the windows' bounds are event time, see
+//!   [`crate::event_time`]);
 //! - a static source (`static_refresh`) has no event time, watermark, late-event policy
 //!   or read limit, and a sink needs at least one streaming source (`ETL432`).
 
 use crate::project::Project;
 use etlantic_core::diagnostics::{codes, Diagnostic, Diagnostics};
-use etlantic_core::ir::lineage::event_time_lineage;
 use etlantic_core::ir::{Action, JoinType, TransformPlan};
 use etlantic_core::streaming::{LatePolicy, OutputMode};
 use std::collections::{HashMap, HashSet};
@@ -106,6 +107,7 @@ pub fn check(project: &Project, plans: &HashMap<String, Arc<TransformPlan>>) -> 
 
     // Diagnostics that do not depend on the sink are reported once.
     let mut reported: HashSet<(String, String, &'static str)> = HashSet::new();
+    let mut event_time = crate::event_time::EventTimeColumns::new(project, plans);
     for sink in &pl.sinks {
         let mode = sink.output_mode.unwrap_or_default();
         let mut sources = Vec::new();
@@ -135,21 +137,13 @@ pub fn check(project: &Project, plans: &HashMap<String, Arc<TransformPlan>>) -> 
             let decoded = plan.decoded();
             let mut fed: HashMap<String, Vec<String>> = HashMap::new();
             let mut joined: HashMap<String, bool> = HashMap::new();
-            let mut ports: HashMap<String, Vec<String>> = HashMap::new();
             for (port, r) in &def.inputs {
                 let mut s = Vec::new();
                 sources_of(project, r.from(), &mut s);
-                let cols = s
-                    .iter()
-                    .filter_map(|id| pl.source(id))
-                    .filter(|src| src.watermark.is_some() && !src.is_static())
-                    .filter_map(|src| src.event_time.as_ref().map(|e| e.column.clone()))
-                    .collect();
-                ports.insert(port.clone(), cols);
                 fed.insert(port.clone(), s);
                 joined.insert(port.clone(), after_join.contains(r.from()));
             }
-            let lineage = event_time_lineage(&decoded.steps, ports);
+            let lineage = event_time.lineage(t);
             let streaming = |fed: &[String]| fed.iter().any(|s| !is_static(project, s));
             let ttl = project
                 .profile

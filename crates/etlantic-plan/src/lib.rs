@@ -15,6 +15,7 @@
 
 pub mod capability;
 pub mod diff;
+pub mod event_time;
 pub mod explain;
 pub mod join_rules;
 pub mod plan;

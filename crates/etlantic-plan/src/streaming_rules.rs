@@ -7,12 +7,15 @@
 //! - `ETL403` complete mode needs an aggregation;
 //! - `ETL404` sort without complete-mode aggregation, limit outside complete mode,
 //!   dedup within the watermark without a watermark;
-//! - `ETL407` more than one aggregation on one stream;
+//! - `ETL407` more than one aggregation on one stream in update or complete mode (in
+//!   append mode they chain, each finalising by the watermark on the event-time columns
+//!   it receives: see [`crate::event_time`]);
 //! - joins and static sources: see [`crate::join_rules`] (`ETL404`, `ETL409`, `ETL430`,
 //!   `ETL431`, `ETL432`).
 
 use crate::project::Project;
 use etlantic_core::diagnostics::{codes, Diagnostic, Diagnostics};
+use etlantic_core::ir::lineage::WINDOW_BOUNDS;
 use etlantic_core::ir::{Action, AggFunc, Expr, TransformPlan, WindowKind};
 use etlantic_core::streaming::OutputMode;
 use std::collections::HashMap;
@@ -44,16 +47,11 @@ fn upstream(
 pub fn check(project: &Project, plans: &HashMap<String, Arc<TransformPlan>>) -> Diagnostics {
     let mut d = crate::join_rules::check(project, plans);
     let file = project.pipeline_file.clone();
+    let mut event_time = crate::event_time::EventTimeColumns::new(project, plans);
     for sink in &project.pipeline.sinks {
         let mode = sink.output_mode.unwrap_or_default();
         let (mut transforms, mut sources) = (Vec::new(), Vec::new());
         upstream(project, &sink.input, &mut transforms, &mut sources);
-        let watermarked: Vec<String> = sources
-            .iter()
-            .filter_map(|s| project.pipeline.source(s))
-            .filter(|s| s.watermark.is_some())
-            .filter_map(|s| s.event_time.as_ref().map(|e| e.column.clone()))
-            .collect();
         let at = format!("sinks[{}]", sink.id);
         let mut aggregations = 0;
         for t in &transforms {
@@ -63,8 +61,11 @@ pub fn check(project: &Project, plans: &HashMap<String, Arc<TransformPlan>>) -> 
             if crate::join_rules::only_static(project, t) {
                 continue;
             }
+            let lineage = event_time.lineage(t);
             for step in &plan.decoded().steps {
                 let path = format!("transforms[{t}].steps[{}]", step.id);
+                // The watermarked event-time columns of the step's input.
+                let watermarked = lineage.get(&step.target).cloned().unwrap_or_default();
                 match &step.op {
                     Action::WindowAggregate { window, aggregates, .. } => {
                         aggregations += 1;
@@ -88,7 +89,21 @@ pub fn check(project: &Project, plans: &HashMap<String, Arc<TransformPlan>>) -> 
                                 .in_file(file.clone()),
                             );
                         }
-                        if mode == OutputMode::Append && !watermarked.contains(&window.time_column) {
+                        let bounds = WINDOW_BOUNDS.iter().all(|b| watermarked.iter().any(|c| c == b));
+                        if bounds && WINDOW_BOUNDS.contains(&window.time_column.as_str()) {
+                            d.push(
+                                Diagnostic::new(
+                                    &codes::UNSUPPORTED_STREAMING_OP,
+                                    format!(
+                                        "`{t}` windows the output of a window aggregation by `{}`; a window over another window's bounds is not supported on streams",
+                                        window.time_column
+                                    ),
+                                )
+                                .help("Aggregate by the windows themselves (`aggregate` grouped by window_start, window_end), or window the original event-time column.")
+                                .at(path.clone())
+                                .in_file(file.clone()),
+                            );
+                        } else if mode == OutputMode::Append && !watermarked.contains(&window.time_column) {
                             d.push(
                                 Diagnostic::new(
                                     &codes::APPEND_AGG_WITHOUT_WATERMARK,
@@ -117,7 +132,23 @@ pub fn check(project: &Project, plans: &HashMap<String, Arc<TransformPlan>>) -> 
                         let keyed_by_watermark = group_by
                             .iter()
                             .any(|g| matches!(&g.expr, Expr::Column(c) if watermarked.contains(c)));
-                        if mode == OutputMode::Append && !keyed_by_watermark {
+                        // A window's start may be behind the watermark when the window
+                        // is emitted: grouped by windows, the end is what finalises.
+                        let keyed_by_start_only = WINDOW_BOUNDS.iter().all(|b| watermarked.iter().any(|c| c == b))
+                            && [WINDOW_BOUNDS[0], WINDOW_BOUNDS[1]].map(|b| {
+                                group_by.iter().any(|g| matches!(&g.expr, Expr::Column(c) if c == b))
+                            }) == [true, false];
+                        if mode == OutputMode::Append && keyed_by_start_only {
+                            d.push(
+                                Diagnostic::new(
+                                    &codes::APPEND_AGG_WITHOUT_WATERMARK,
+                                    format!("aggregation in `{t}` groups windows by `window_start` only; a window is final when its end passes the watermark"),
+                                )
+                                .help("Group by window_end too (`group_by: [window_start, window_end, ...]`).")
+                                .at(path.clone())
+                                .in_file(file.clone()),
+                            );
+                        } else if mode == OutputMode::Append && !keyed_by_watermark {
                             d.push(
                                 Diagnostic::new(
                                     &codes::APPEND_AGG_WITHOUT_WATERMARK,
@@ -178,15 +209,20 @@ pub fn check(project: &Project, plans: &HashMap<String, Arc<TransformPlan>>) -> 
                 }
             }
         }
-        if aggregations > 1 {
+        // Spark 3.5+: chained stateful operators in append mode, where each aggregation
+        // finalises by the watermark (ETL401 above) and emits every row once; in update
+        // or complete mode an aggregation's changing rows would feed the next one.
+        if aggregations > 1 && mode != OutputMode::Append {
             d.push(
                 Diagnostic::new(
                     &codes::MULTIPLE_AGGREGATIONS,
                     format!(
-                        "`{}` is fed by {aggregations} streaming aggregations",
-                        sink.id
+                        "`{}` is fed by {aggregations} streaming aggregations in {} mode",
+                        sink.id,
+                        mode.as_str()
                     ),
                 )
+                .help("Chain aggregations in append mode only (each grouped by a window or a watermarked event-time column), or run the pipeline in batch mode.")
                 .at(at.clone())
                 .in_file(file.clone()),
             );

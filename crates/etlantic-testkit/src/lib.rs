@@ -6,5 +6,6 @@
 #![warn(missing_docs)]
 
 pub mod conformance;
+#[cfg(feature = "equivalence")]
 pub mod equivalence;
 pub mod nexmark;

@@ -13,10 +13,12 @@ use etlantic_datafusion::streaming::{StreamingOptions, StreamingQuery};
 use etlantic_plan::Project;
 use etlantic_sinks::memory::MemorySink;
 use etlantic_sources::nexmark::NexmarkSource;
-use etlantic_testkit::nexmark::{profile, Query, QUERIES};
+use etlantic_testkit::nexmark::{profile_spaced, Query, QUERIES};
 
 const EVENTS: u64 = 60_000;
 const PER_BATCH: u64 = 5_000;
+/// 1 ms of event time per event: 60 s in all, so that 10-second windows close.
+const EVENT_GAP_US: u64 = 1_000;
 
 /// Every value of every row as text, sorted.
 fn rows(batches: &[RecordBatch]) -> Vec<String> {
@@ -37,7 +39,7 @@ fn rows(batches: &[RecordBatch]) -> Vec<String> {
 
 /// All the events of one generator stream, read in one range.
 async fn generated(asset: &str, schema: SchemaRef) -> Vec<RecordBatch> {
-    let uri = format!("nexmark://{asset}?events_per_batch={EVENTS}&max_events={EVENTS}&start_ms=0");
+    let uri = format!("nexmark://{asset}?events_per_batch={EVENTS}&max_events={EVENTS}&event_gap_us={EVENT_GAP_US}&start_ms=0");
     let mut s = NexmarkSource::new(SourceContext {
         asset: asset.into(),
         uri: BindingUri::parse(&uri).unwrap(),
@@ -62,7 +64,13 @@ async fn run(q: &Query) -> (Vec<String>, Vec<String>) {
     std::fs::write(dir.path().join("pipeline.yaml"), q.pipeline).unwrap();
     std::fs::write(
         dir.path().join("profile.yaml"),
-        profile(q, EVENTS, PER_BATCH, &format!("memory://{sink}")),
+        profile_spaced(
+            q,
+            EVENTS,
+            PER_BATCH,
+            EVENT_GAP_US,
+            &format!("memory://{sink}"),
+        ),
     )
     .unwrap();
     let project = Project::load(

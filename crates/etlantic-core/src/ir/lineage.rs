@@ -8,6 +8,20 @@
 use super::{Action, ActionNode, Expr};
 use std::collections::HashMap;
 
+/// The columns a window aggregation adds to its output: each window's bounds.
+pub const WINDOW_BOUNDS: [&str; 2] = ["window_start", "window_end"];
+
+/// The column to compare with the watermark among a relation's event-time columns: a
+/// window's end when the relation has window bounds (Spark compares a window struct's
+/// `end`: a window is emitted once its end passes the watermark, while its start may
+/// already be behind it), else the first.
+pub fn watermark_column(columns: &[String]) -> Option<&String> {
+    columns
+        .iter()
+        .find(|c| c.as_str() == WINDOW_BOUNDS[1])
+        .or_else(|| columns.first())
+}
+
 /// Event-time columns per relation of a plan, followed through the steps: renames and
 /// projections of a column keep it an event-time column under its new name; a column
 /// replaced by a computed value or dropped stops being one.
@@ -53,12 +67,29 @@ pub fn event_time_lineage(
                     }
                 }
             }
-            Action::Aggregate { group_by, .. } | Action::WindowAggregate { group_by, .. } => {
+            Action::Aggregate { group_by, .. } => {
                 cur = group_by
                     .iter()
                     .filter(|g| matches!(&g.expr, Expr::Column(c) if cur.contains(c)))
                     .map(|g| g.name.clone())
                     .collect();
+            }
+            // The window of an event-time column is event time too (Spark gives the
+            // `window` struct the watermark metadata): its bounds are final once emitted
+            // in append mode, which is what lets a later window aggregation or join use
+            // them (chained stateful operators).
+            Action::WindowAggregate {
+                group_by, window, ..
+            } => {
+                let windowed = cur.contains(&window.time_column);
+                cur = group_by
+                    .iter()
+                    .filter(|g| matches!(&g.expr, Expr::Column(c) if cur.contains(c)))
+                    .map(|g| g.name.clone())
+                    .collect();
+                if windowed {
+                    cur.extend(WINDOW_BOUNDS.iter().map(|c| c.to_string()));
+                }
             }
             Action::Filter { .. }
             | Action::Sort { .. }
@@ -147,5 +178,33 @@ mod tests {
         assert_eq!(l["p"], vec!["imp_ts"]);
         assert!(l["w"].is_empty());
         assert_eq!(l["j"], vec!["imp_ts", "click_ts"]);
+    }
+
+    #[test]
+    fn a_window_of_event_time_is_event_time() {
+        let window = |id: &str, column: &str| {
+            node(
+                id,
+                "bids",
+                Action::WindowAggregate {
+                    window: crate::ir::WindowSpec {
+                        time_column: column.into(),
+                        kind: crate::ir::WindowKind::Tumbling {
+                            size: crate::streaming::Duration::from_secs(10),
+                        },
+                    },
+                    group_by: vec![NamedExpr::column("auction"), NamedExpr::column("ts")],
+                    aggregates: vec![],
+                },
+            )
+        };
+        let ports = HashMap::from([("bids".to_string(), vec!["ts".to_string()])]);
+        let l = event_time_lineage(&[window("w", "ts"), window("v", "other")], ports);
+        assert_eq!(l["w"], vec!["ts", "window_start", "window_end"]);
+        // A window over a column without a watermark is not event time.
+        assert_eq!(l["v"], vec!["ts"]);
+        assert_eq!(watermark_column(&l["w"]).unwrap(), "window_end");
+        assert_eq!(watermark_column(&l["v"]).unwrap(), "ts");
+        assert_eq!(watermark_column(&[]), None);
     }
 }

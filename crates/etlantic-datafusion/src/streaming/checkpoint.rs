@@ -6,27 +6,43 @@
 //!   offsets/<batch>          write-ahead log: source ranges, watermark, timestamp (before processing)
 //!   commits/<batch>          after the sinks: next watermark, max event times
 //!   state/<op>/<version>.arrow   operator state after batch `version - 1` (Arrow IPC)
+//!   state/<op>/<version>.delta.arrow   or only its changes since `version - 1`
 //!   sources/<n>/             per-source state (e.g. the files a directory stream has seen)
 //!   progress.jsonl           one StreamingQueryProgress per micro-batch
 //!   .lock                    held by the running query
 //! ```
 //!
+//! An operator that keeps a changelog (a stream-stream join: its state grows by the
+//! rows of each micro-batch, and rewriting all of it every micro-batch would cost more and
+//! more) writes a whole snapshot every [`FULL_SNAPSHOT_EVERY`] versions and its changes
+//! in between, like Spark's HDFS state store (`N.snapshot` and `N.delta`) and RocksDB's
+//! changelog checkpointing. A version is read as the newest whole snapshot at or before it
+//! with the changes after it applied in order (none before the first snapshot: the state
+//! of version 0 is empty).
+//!
 //! Every file is written atomically: a temporary file in the same directory, `fsync`,
 //! `rename`, then `fsync` of the directory, so a crash leaves either the old or the new
 //! file, never a torn one.
 
-use arrow::array::RecordBatch;
+use arrow::array::{new_null_array, ArrayRef, BooleanArray, RecordBatch};
+use arrow::compute::kernels::boolean::not;
+use arrow::compute::{
+    cast, concat_batches, filter_record_batch, lexsort_to_indices, take_record_batch, SortColumn,
+};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::ipc::reader::FileReader;
 use arrow::ipc::writer::FileWriter;
+use arrow::row::{RowConverter, SortField};
 use etlantic_core::diagnostics::{codes, Diagnostic, Error, Result};
 use etlantic_core::durable::write_atomic;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 fn io_err(path: &Path, e: impl std::fmt::Display) -> Error {
     Error::from(Diagnostic::new(
@@ -225,6 +241,18 @@ impl Checkpoint {
         self.state_files().read(op, version)
     }
 
+    /// Reads an operator's state for `version`, from a whole snapshot and the changes
+    /// written after it; `identity` names the columns that identify a state row (the
+    /// operator's [`super::operators::StatefulOperator::changelog_identity`]).
+    pub fn read_state_chain(
+        &self,
+        op: &str,
+        version: u64,
+        identity: Option<&[&str]>,
+    ) -> Result<Option<RecordBatch>> {
+        self.state_files().read_chain(op, version, identity)
+    }
+
     /// Appends a progress record to `progress.jsonl`.
     pub fn append_progress(&self, progress: &Value) -> Result<()> {
         let path = self.root.join("progress.jsonl");
@@ -251,24 +279,110 @@ impl StateFiles {
         self.root.join(op).join(format!("{version}.arrow"))
     }
 
-    /// Writes an operator's snapshot for `version` atomically and durably; keeps the ten
-    /// versions before it for inspection and removes older ones (never read again).
-    pub fn write(&self, op: &str, version: u64, state: &RecordBatch) -> Result<()> {
+    fn delta_path(&self, op: &str, version: u64) -> PathBuf {
+        self.root.join(op).join(format!("{version}.delta.arrow"))
+    }
+
+    fn write_file(&self, path: &Path, batch: &RecordBatch) -> Result<()> {
         let mut buf = Vec::new();
         {
-            let mut w = FileWriter::try_new(&mut buf, &state.schema())
+            let mut w = FileWriter::try_new(&mut buf, &batch.schema())
                 .map_err(|e| io_err(&self.root, e))?;
-            w.write(state).map_err(|e| io_err(&self.root, e))?;
+            w.write(batch).map_err(|e| io_err(&self.root, e))?;
             w.finish().map_err(|e| io_err(&self.root, e))?;
         }
-        write_atomic(&self.path(op, version), &buf)?;
-        if version > 10 {
-            let _ = fs::remove_file(self.path(op, version - 10));
+        write_atomic(path, &buf)
+    }
+
+    /// Removes the files of versions no chain can need any more, keeping the last
+    /// [`KEPT_VERSIONS`] for inspection (a chain reaches back at most
+    /// [`FULL_SNAPSHOT_EVERY`] versions).
+    fn forget_before(&self, op: &str, version: u64) {
+        if version > KEPT_VERSIONS {
+            let old = version - KEPT_VERSIONS;
+            let _ = fs::remove_file(self.path(op, old));
+            let _ = fs::remove_file(self.delta_path(op, old));
         }
+    }
+
+    /// Writes an operator's whole snapshot for `version` atomically and durably.
+    pub fn write(&self, op: &str, version: u64, state: &RecordBatch) -> Result<()> {
+        self.write_file(&self.path(op, version), state)?;
+        // A re-run batch may have written the other kind before the crash.
+        let _ = fs::remove_file(self.delta_path(op, version));
+        self.forget_before(op, version);
         Ok(())
     }
 
-    /// Reads an operator's snapshot for `version` (`None` when there is none).
+    /// Writes an operator's changes since `version - 1` (see [`changes_batch`]).
+    pub fn write_changes(&self, op: &str, version: u64, changes: &RecordBatch) -> Result<()> {
+        self.write_file(&self.delta_path(op, version), changes)?;
+        let _ = fs::remove_file(self.path(op, version));
+        self.forget_before(op, version);
+        Ok(())
+    }
+
+    /// Reads the state of `version`: the newest whole snapshot at or before it, with the
+    /// changes of the versions after it applied (`None` when there is neither).
+    pub fn read_chain(
+        &self,
+        op: &str,
+        version: u64,
+        identity: Option<&[&str]>,
+    ) -> Result<Option<RecordBatch>> {
+        let mut deltas = Vec::new();
+        let mut v = version;
+        let base = loop {
+            if let Some(full) = self.read(op, v)? {
+                break Some(full);
+            }
+            match (identity, Self::read_file(&self.delta_path(op, v))?) {
+                (Some(_), Some(d)) => deltas.push(d),
+                (None, Some(_)) => {
+                    return Err(corrupt(
+                        &self.delta_path(op, v),
+                        "the operator keeps no changelog",
+                    ))
+                }
+                (_, None) if deltas.is_empty() => return Ok(None),
+                // Before the first whole snapshot, the chain starts from nothing.
+                (_, None) if v == 0 => break None,
+                (_, None) => {
+                    return Err(corrupt(
+                        &self.delta_path(op, v),
+                        format!("the state changes of version {v} are missing"),
+                    ))
+                }
+            }
+            if v == 0 {
+                break None;
+            }
+            v -= 1;
+        };
+        let Some(identity) = identity else {
+            return Ok(base);
+        };
+        let mut state = base;
+        for d in deltas.iter().rev() {
+            state = Some(apply_changes(state.as_ref(), d, identity)?);
+        }
+        Ok(state)
+    }
+
+    fn read_file(path: &Path) -> Result<Option<RecordBatch>> {
+        let file = match File::open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_err(path, e)),
+        };
+        let mut reader = FileReader::try_new(file, None).map_err(|e| corrupt(path, e))?;
+        match reader.next() {
+            Some(b) => Ok(Some(b.map_err(|e| corrupt(path, e))?)),
+            None => Err(corrupt(path, "no record batch")),
+        }
+    }
+
+    /// Reads an operator's whole snapshot for `version` (`None` when there is none).
     pub fn read(&self, op: &str, version: u64) -> Result<Option<RecordBatch>> {
         let path = self.path(op, version);
         let file = match File::open(&path) {
@@ -284,11 +398,245 @@ impl StateFiles {
     }
 }
 
+/// A whole snapshot every this many versions; changes in between.
+pub const FULL_SNAPSHOT_EVERY: u64 = 10;
+
+/// State files kept per operator (older ones are removed).
+const KEPT_VERSIONS: u64 = 2 * FULL_SNAPSHOT_EVERY;
+
+/// The column of a changes batch that marks a removed row.
+pub const REMOVED: &str = "__removed";
+
+fn relaxed(schema: &Schema) -> Schema {
+    Schema::new(
+        schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect::<Vec<Field>>(),
+    )
+}
+
+/// Rows in the layout `schema` (a snapshot's) that stand for removed state rows: the
+/// `identity` columns given, nulls elsewhere.
+pub fn removed_rows(schema: &SchemaRef, identity: Vec<(&str, ArrayRef)>) -> Result<RecordBatch> {
+    let n = identity.first().map(|(_, a)| a.len()).unwrap_or(0);
+    let cols = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            identity
+                .iter()
+                .find(|(name, _)| name == f.name())
+                .map(|(_, a)| a.clone())
+                .unwrap_or_else(|| new_null_array(f.data_type(), n))
+        })
+        .collect();
+    RecordBatch::try_new(Arc::new(relaxed(schema)), cols)
+        .map_err(|e| Error::new(&codes::ENGINE_ERROR, e.to_string()))
+}
+
+/// A changes batch: the rows added or changed (`upserts`, in a snapshot's layout), then
+/// the `removed` ones (see [`removed_rows`]), with a [`REMOVED`] column telling which.
+pub fn changes_batch(upserts: &RecordBatch, removed: &RecordBatch) -> Result<RecordBatch> {
+    let engine = |e: arrow::error::ArrowError| Error::new(&codes::ENGINE_ERROR, e.to_string());
+    let mut fields: Vec<Field> = relaxed(&upserts.schema())
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    fields.push(Field::new(REMOVED, DataType::Boolean, false));
+    let schema = Arc::new(Schema::new(fields));
+    let part = |b: &RecordBatch, removed: bool| -> Result<RecordBatch> {
+        let mut cols = b.columns().to_vec();
+        cols.push(Arc::new(BooleanArray::from(vec![removed; b.num_rows()])));
+        RecordBatch::try_new(schema.clone(), cols).map_err(engine)
+    };
+    concat_batches(&schema, &[part(upserts, false)?, part(removed, true)?]).map_err(engine)
+}
+
+/// `base` (a snapshot, or nothing) with a changes batch applied: rows of `base` that the
+/// changes replace or remove (same `identity` values) go, the upserted rows come in, and
+/// the result is ordered by `identity`.
+pub fn apply_changes(
+    base: Option<&RecordBatch>,
+    changes: &RecordBatch,
+    identity: &[&str],
+) -> Result<RecordBatch> {
+    let engine = |e: arrow::error::ArrowError| Error::new(&codes::ENGINE_ERROR, e.to_string());
+    let bad = |m: String| Error::new(&codes::CHECKPOINT_CORRUPT, format!("state changes: {m}"));
+    let flags = changes
+        .column_by_name(REMOVED)
+        .and_then(|c| c.as_any().downcast_ref::<BooleanArray>().cloned())
+        .ok_or_else(|| bad(format!("no `{REMOVED}` column")))?;
+    let data_schema = {
+        let fields: Vec<Field> = changes
+            .schema()
+            .fields()
+            .iter()
+            .filter(|f| f.name() != REMOVED)
+            .map(|f| f.as_ref().clone())
+            .collect();
+        Arc::new(Schema::new(fields))
+    };
+    let data = |b: &RecordBatch| -> Result<RecordBatch> {
+        let cols = data_schema
+            .fields()
+            .iter()
+            .map(|f| {
+                let c = b
+                    .column_by_name(f.name())
+                    .ok_or_else(|| bad(format!("no column `{}`", f.name())))?;
+                if c.data_type() == f.data_type() {
+                    Ok(c.clone())
+                } else {
+                    cast(c, f.data_type()).map_err(engine)
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
+        RecordBatch::try_new_with_options(
+            data_schema.clone(),
+            cols,
+            &arrow::array::RecordBatchOptions::new().with_row_count(Some(b.num_rows())),
+        )
+        .map_err(engine)
+    };
+    let upserts =
+        data(&filter_record_batch(changes, &not(&flags).map_err(engine)?).map_err(engine)?)?;
+    let id_cols = |b: &RecordBatch| -> Result<Vec<ArrayRef>> {
+        identity
+            .iter()
+            .map(|c| {
+                b.column_by_name(c)
+                    .cloned()
+                    .ok_or_else(|| bad(format!("no identity column `{c}`")))
+            })
+            .collect()
+    };
+    let converter = RowConverter::new(
+        id_cols(changes)?
+            .iter()
+            .map(|a| SortField::new(a.data_type().clone()))
+            .collect(),
+    )
+    .map_err(engine)?;
+    let touched_rows = converter
+        .convert_columns(&id_cols(changes)?)
+        .map_err(engine)?;
+    let touched: HashSet<&[u8]> = (0..touched_rows.num_rows())
+        .map(|i| touched_rows.row(i).data())
+        .collect();
+    let mut parts = Vec::new();
+    if let Some(base) = base {
+        let base = data(base)?;
+        let ids = converter
+            .convert_columns(&id_cols(&base)?)
+            .map_err(engine)?;
+        let keep = BooleanArray::from(
+            (0..ids.num_rows())
+                .map(|i| !touched.contains(ids.row(i).data()))
+                .collect::<Vec<bool>>(),
+        );
+        parts.push(filter_record_batch(&base, &keep).map_err(engine)?);
+    }
+    parts.push(upserts);
+    let merged = concat_batches(&data_schema, &parts).map_err(engine)?;
+    let sort: Vec<SortColumn> = id_cols(&merged)?
+        .into_iter()
+        .map(|values| SortColumn {
+            values,
+            options: None,
+        })
+        .collect();
+    let order = lexsort_to_indices(&sort, None).map_err(engine)?;
+    take_record_batch(&merged, &order).map_err(engine)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow::array::Int64Array;
-    use std::sync::Arc;
+    use arrow::array::{Int64Array, StringArray};
+
+    /// A state of rows `(id, value)` identified by `id`.
+    fn state(rows: &[(i64, &str)]) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("value", DataType::Utf8, false),
+        ]));
+        RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0))),
+                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.1))),
+            ],
+        )
+        .unwrap()
+    }
+
+    fn changes(upserts: &[(i64, &str)], removed: &[i64]) -> RecordBatch {
+        let up = state(upserts);
+        let gone = removed_rows(
+            &up.schema(),
+            vec![(
+                "id",
+                Arc::new(Int64Array::from(removed.to_vec())) as ArrayRef,
+            )],
+        )
+        .unwrap();
+        changes_batch(&up, &gone).unwrap()
+    }
+
+    fn rows(b: &RecordBatch) -> Vec<(i64, String)> {
+        let ids = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+        let values = b.column(1).as_any().downcast_ref::<StringArray>().unwrap();
+        (0..b.num_rows())
+            .map(|i| (ids.value(i), values.value(i).to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_version_is_its_last_snapshot_with_the_later_changes_applied() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = Checkpoint::open(dir.path()).unwrap().state_files();
+        let id: Option<&[&str]> = Some(&["id"]);
+        // Versions 1 and 2: changes from nothing.
+        files
+            .write_changes("j", 1, &changes(&[(2, "b"), (1, "a")], &[]))
+            .unwrap();
+        files
+            .write_changes("j", 2, &changes(&[(3, "c"), (1, "A")], &[2]))
+            .unwrap();
+        let v2 = files.read_chain("j", 2, id).unwrap().unwrap();
+        assert_eq!(rows(&v2), vec![(1, "A".into()), (3, "c".into())]);
+        assert_eq!(
+            rows(&files.read_chain("j", 1, id).unwrap().unwrap()).len(),
+            2
+        );
+        // A whole snapshot at 3, changes at 4 on top of it.
+        files
+            .write("j", 3, &state(&[(1, "A"), (3, "c"), (4, "d")]))
+            .unwrap();
+        files
+            .write_changes("j", 4, &changes(&[(5, "e")], &[1, 4]))
+            .unwrap();
+        let v4 = files.read_chain("j", 4, id).unwrap().unwrap();
+        assert_eq!(rows(&v4), vec![(3, "c".into()), (5, "e".into())]);
+        // Nothing written for a version: no state; a gap in the chain: corrupt.
+        assert_eq!(files.read_chain("k", 4, id).unwrap(), None);
+        files
+            .write_changes("k", 2, &changes(&[(1, "a")], &[]))
+            .unwrap();
+        let e = files.read_chain("k", 2, id).unwrap_err();
+        assert_eq!(e.code(), "ETL801", "{e}");
+        // Changes for an operator without a changelog are refused, not misread.
+        assert!(files.read_chain("j", 4, None).is_err());
+        // Old versions are forgotten once no chain needs them.
+        for v in 5..=(KEPT_VERSIONS + 5) {
+            files.write_changes("j", v, &changes(&[], &[])).unwrap();
+        }
+        assert!(!dir.path().join("state/j/4.delta.arrow").exists());
+        assert!(dir.path().join("state/j/6.delta.arrow").exists());
+    }
 
     #[test]
     fn logs_round_trip_and_the_lock_is_exclusive() {

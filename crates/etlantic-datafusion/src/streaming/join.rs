@@ -67,7 +67,7 @@ use etlantic_core::ir::{Action, ActionNode, Expr, JoinTimeRange, JoinType};
 use etlantic_core::streaming::LatePolicy;
 use indexmap::IndexMap;
 use serde_json::Value;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -196,6 +196,12 @@ struct SideState {
     next_seq: u64,
     by_key: HashMap<Vec<u8>, Vec<Entry>>,
     rows: usize,
+    /// Changelog since the last checkpoint: entries with a `seq` from here on are new...
+    checkpointed_seq: u64,
+    /// ...older ones whose `matched` or update time changed...
+    dirty: HashSet<u64>,
+    /// ...and older ones removed (evicted or expired).
+    removed: Vec<u64>,
 }
 
 impl SideState {
@@ -248,6 +254,9 @@ impl SideState {
             if let Some(n) = self.live.get_mut(&e.chunk) {
                 *n -= 1;
             }
+            if e.seq < self.checkpointed_seq {
+                self.removed.push(e.seq);
+            }
         }
         self.rows -= out.len();
         out.sort_by_key(|e| e.seq);
@@ -263,6 +272,9 @@ impl SideState {
                 if expired {
                     if let Some(n) = self.live.get_mut(&e.chunk) {
                         *n -= 1;
+                    }
+                    if e.seq < self.checkpointed_seq {
+                        self.removed.push(e.seq);
                     }
                     gone += 1;
                 }
@@ -712,21 +724,20 @@ impl StreamJoinOperator {
                 continue;
             }
             let key = rows.row(*i);
-            let e = &mut self
-                .sides
-                .get_mut(other)
-                .expect("two sides")
-                .by_key
-                .get_mut(key.as_ref())
-                .expect("candidate key")[*j];
+            let st = self.sides.get_mut(other).expect("two sides");
+            let e = &mut st.by_key.get_mut(key.as_ref()).expect("candidate key")[*j];
+            let changed = !e.matched || self.ttl.is_some();
             e.matched = true;
             if self.ttl.is_some() {
                 // A match keeps the buffered row alive.
                 e.updated_ms = Some(ctx.processing_time_ms);
             }
+            let (seq, that_ref) = (e.seq, Some((e.chunk, e.row)));
+            if changed && seq < st.checkpointed_seq {
+                st.dirty.insert(seq);
+            }
             matched[*i] = true;
             let this_ref = Some((chunk, *i as u32));
-            let that_ref = Some((e.chunk, e.row));
             pairs.push(if side == LEFT {
                 (this_ref, that_ref)
             } else {
@@ -857,6 +868,44 @@ impl StreamJoinOperator {
         Ok(())
     }
 
+    /// State rows (the snapshot's layout) of the given entries of each side.
+    fn state_rows(&self, entries: &[Vec<Entry>; 2]) -> Result<RecordBatch> {
+        let schema = self.snapshot_schema();
+        let mut parts = Vec::new();
+        for side in [LEFT, RIGHT] {
+            let entries = &entries[side];
+            let n = entries.len();
+            let refs: Vec<Option<RowRef>> =
+                entries.iter().map(|e| Some((e.chunk, e.row))).collect();
+            let own = self.gather(side, &refs)?;
+            let mut cols: Vec<ArrayRef> = vec![
+                Arc::new(UInt8Array::from(vec![side as u8; n])),
+                Arc::new(UInt64Array::from(
+                    entries.iter().map(|e| e.seq).collect::<Vec<_>>(),
+                )),
+                Arc::new(BooleanArray::from(
+                    entries.iter().map(|e| e.matched).collect::<Vec<_>>(),
+                )),
+                Arc::new(entries.iter().map(|e| e.updated_ms).collect::<Int64Array>()),
+            ];
+            for s in [LEFT, RIGHT] {
+                if s == side {
+                    cols.extend(own.iter().cloned());
+                } else {
+                    cols.extend(
+                        self.spec(s)
+                            .schema
+                            .fields()
+                            .iter()
+                            .map(|f| new_null_array(f.data_type(), n)),
+                    );
+                }
+            }
+            parts.push(RecordBatch::try_new(schema.clone(), cols).map_err(engine)?);
+        }
+        concat_batches(&schema, &parts).map_err(engine)
+    }
+
     fn snapshot_schema(&self) -> SchemaRef {
         let mut fields = vec![
             Field::new("__side", DataType::UInt8, false),
@@ -981,40 +1030,53 @@ impl StatefulOperator for StreamJoinOperator {
     }
 
     fn snapshot(&self) -> Result<RecordBatch> {
-        let schema = self.snapshot_schema();
-        let mut parts = Vec::new();
+        let entries = [LEFT, RIGHT].map(|side| self.sides[side].entries_by_seq());
+        self.state_rows(&entries)
+    }
+
+    fn changelog_identity(&self) -> Option<&'static [&'static str]> {
+        Some(&["__side", "__seq"])
+    }
+
+    /// The entries added since the last call, the older ones whose `matched` or update
+    /// time changed, and (as `__removed` rows) the older ones that left.
+    fn changes(&mut self) -> Result<Option<RecordBatch>> {
+        let mut upserts: [Vec<Entry>; 2] = [Vec::new(), Vec::new()];
         for side in [LEFT, RIGHT] {
-            let entries = self.sides[side].entries_by_seq();
-            let n = entries.len();
-            let refs: Vec<Option<RowRef>> =
-                entries.iter().map(|e| Some((e.chunk, e.row))).collect();
-            let own = self.gather(side, &refs)?;
-            let mut cols: Vec<ArrayRef> = vec![
-                Arc::new(UInt8Array::from(vec![side as u8; n])),
-                Arc::new(UInt64Array::from(
-                    entries.iter().map(|e| e.seq).collect::<Vec<_>>(),
-                )),
-                Arc::new(BooleanArray::from(
-                    entries.iter().map(|e| e.matched).collect::<Vec<_>>(),
-                )),
-                Arc::new(entries.iter().map(|e| e.updated_ms).collect::<Int64Array>()),
-            ];
-            for s in [LEFT, RIGHT] {
-                if s == side {
-                    cols.extend(own.iter().cloned());
-                } else {
-                    cols.extend(
-                        self.spec(s)
-                            .schema
-                            .fields()
-                            .iter()
-                            .map(|f| new_null_array(f.data_type(), n)),
-                    );
-                }
-            }
-            parts.push(RecordBatch::try_new(schema.clone(), cols).map_err(engine)?);
+            let st = &self.sides[side];
+            upserts[side] = st
+                .by_key
+                .values()
+                .flatten()
+                .filter(|e| e.seq >= st.checkpointed_seq || st.dirty.contains(&e.seq))
+                .copied()
+                .collect();
+            upserts[side].sort_by_key(|e| e.seq);
         }
-        concat_batches(&schema, &parts).map_err(engine)
+        let rows = self.state_rows(&upserts)?;
+        let mut removed_sides = Vec::new();
+        let mut removed_seqs = Vec::new();
+        for side in [LEFT, RIGHT] {
+            let st = &mut self.sides[side];
+            removed_sides.extend(std::iter::repeat_n(side as u8, st.removed.len()));
+            removed_seqs.append(&mut st.removed);
+            st.dirty.clear();
+            st.checkpointed_seq = st.next_seq;
+        }
+        let gone = super::checkpoint::removed_rows(
+            &rows.schema(),
+            vec![
+                (
+                    "__side",
+                    Arc::new(UInt8Array::from(removed_sides)) as ArrayRef,
+                ),
+                (
+                    "__seq",
+                    Arc::new(UInt64Array::from(removed_seqs)) as ArrayRef,
+                ),
+            ],
+        )?;
+        Ok(Some(super::checkpoint::changes_batch(&rows, &gone)?))
     }
 
     fn restore(&mut self, state: &RecordBatch) -> Result<()> {
@@ -1121,6 +1183,10 @@ impl StatefulOperator for StreamJoinOperator {
                 );
             }
         }
+        // What was restored is checkpointed: the changelog starts here.
+        for st in self.sides.iter_mut() {
+            st.checkpointed_seq = st.next_seq;
+        }
         Ok(())
     }
 
@@ -1203,10 +1269,13 @@ pub fn join_unit(
             .collect();
         let watermarked: Vec<&String> =
             infos.iter().filter_map(|i| i.event_time.as_ref()).collect();
-        let watermark_column = input
+        let present: Vec<String> = input
             .event_columns
             .iter()
-            .find(|c| schema.field_with_name(c).is_ok())
+            .filter(|c| schema.field_with_name(c).is_ok())
+            .cloned()
+            .collect();
+        let watermark_column = etlantic_core::ir::lineage::watermark_column(&present)
             .filter(|_| !watermarked.is_empty())
             .cloned();
         let late = infos.first().map(|i| i.late.clone()).unwrap_or_default();

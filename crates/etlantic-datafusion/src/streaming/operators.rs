@@ -124,6 +124,22 @@ pub trait StatefulOperator: Send {
     fn snapshot(&self) -> Result<RecordBatch>;
     /// Replaces the state with a snapshot.
     fn restore(&mut self, state: &RecordBatch) -> Result<()>;
+    /// For an operator that keeps a changelog (see [`super::checkpoint`]): the columns of
+    /// its snapshot that identify a state row. `None` (the default): whole snapshots only.
+    fn changelog_identity(&self) -> Option<&'static [&'static str]> {
+        None
+    }
+    /// The changes since the previous call (or since `restore`, or since the start), as a
+    /// [`super::checkpoint::changes_batch`]: rows in the snapshot's layout that were added
+    /// or changed, and the identities of rows that left. The driver calls it once per
+    /// micro-batch, after `process`, and writes either the changes or a whole snapshot.
+    ///
+    /// Invariant: the snapshot of the previous version with these changes applied
+    /// ([`super::checkpoint::apply_changes`]) restores an operator that behaves exactly like
+    /// `restore(snapshot())` would. Operators without a changelog return `None`.
+    fn changes(&mut self) -> Result<Option<RecordBatch>> {
+        Ok(None)
+    }
     /// State metrics of the last batch.
     fn metrics(&self) -> StateMetrics;
     /// Whether a watermark advance calls for a no-data micro-batch in this output mode

@@ -83,6 +83,9 @@ pub struct TransformUnit {
     /// The backend of an opaque step placed elsewhere than this engine (bound to its
     /// location); `None` runs it on this engine.
     pub backend: Option<std::sync::Arc<dyn etlantic_core::plugin::Backend>>,
+    /// The event-time columns of its output (see [`etlantic_core::ir::lineage`]);
+    /// empty for an opaque step.
+    pub event_columns: Vec<String>,
 }
 
 /// Information about the sources of the region.
@@ -106,11 +109,24 @@ fn schema_of(rel: &str, schemas: &HashMap<String, SchemaRef>) -> Result<SchemaRe
     })
 }
 
+/// The column of `input` a stateful step compares with the watermark, among the
+/// event-time columns `event_cols` of its input.
+fn present_watermark_column(event_cols: &[String], input: &SchemaRef) -> Option<String> {
+    let present: Vec<String> = event_cols
+        .iter()
+        .filter(|c| input.field_with_name(c).is_ok())
+        .cloned()
+        .collect();
+    etlantic_core::ir::lineage::watermark_column(&present).cloned()
+}
+
 /// Builds the units of one transformation. `schemas` holds the schemas of every relation
-/// visible to it (its ports), and receives the schemas of the steps.
+/// visible to it (its ports), and receives the schemas of the steps; `event_time` holds
+/// the event-time columns of every upstream node's output.
 pub fn build_transform(
     task: &StepTask,
     upstream_sources: &HashMap<String, Vec<String>>,
+    event_time: &HashMap<String, Vec<String>>,
     sources: &HashMap<String, SourceInfo>,
     schemas: &mut HashMap<String, SchemaRef>,
 ) -> Result<TransformUnit> {
@@ -130,6 +146,7 @@ pub fn build_transform(
                 parameters: IndexMap::new(),
                 opaque: Some(task.clone()),
                 backend: None,
+                event_columns: vec![],
             })
         }
     };
@@ -151,27 +168,19 @@ pub fn build_transform(
                 .iter()
                 .all(|s| sources.get(s).is_some_and(|i| i.is_static))
     };
-    // Event-time columns through the steps (stream-stream joins need them per side).
-    let lineage = if decoded
-        .steps
-        .iter()
-        .any(|s| matches!(s.op, Action::Join { .. }))
-    {
+    // Event-time columns through the steps: stream-stream joins need them per side, and
+    // a stateful step reads its event time from its input.
+    let lineage = {
         let ports = inputs
-            .keys()
-            .map(|port| {
-                let cols = feeders
-                    .get(port)
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|s| sources.get(s).and_then(|i| i.event_time.clone()))
-                    .collect();
-                (port.clone(), cols)
+            .iter()
+            .map(|(port, node)| {
+                (
+                    port.clone(),
+                    event_time.get(node).cloned().unwrap_or_default(),
+                )
             })
             .collect();
         etlantic_core::ir::lineage::event_time_lineage(&decoded.steps, ports)
-    } else {
-        HashMap::new()
     };
     for step in &decoded.steps {
         let mut fed: Vec<String> = feeders.get(&step.target).cloned().unwrap_or_default();
@@ -187,25 +196,59 @@ pub fn build_transform(
             let left_fed = feeders.get(&step.target).cloned().unwrap_or_default();
             let right_fed = feeders.get(right).cloned().unwrap_or_default();
             if !is_static(&left_fed) && !is_static(&right_fed) {
+                let lineage_of = |rel: &str| lineage.get(rel).cloned().unwrap_or_default();
+                let (left_events, right_events) = (lineage_of(&step.target), lineage_of(right));
+                // Keep in state only the columns the join and what follows it read.
+                let pruned = prune_join_inputs(
+                    step,
+                    decoded,
+                    schemas,
+                    [&left_events, &right_events],
+                    [&left_fed, &right_fed].map(|fed| {
+                        fed.iter().all(|s| {
+                            sources.get(s).is_none_or(|i| {
+                                matches!(i.late, LatePolicy::Drop | LatePolicy::Accept)
+                            })
+                        })
+                    }),
+                );
+                let step = match pruned {
+                    Some((projections, joined)) => {
+                        for p in projections {
+                            let schema =
+                                crate::streaming::stateless::step_schema(&p, schemas, &parameters)?;
+                            schemas.insert(p.id.clone(), schema);
+                            run.push(p);
+                        }
+                        joined
+                    }
+                    None => step.clone(),
+                };
                 if !run.is_empty() {
                     units.push(Unit::Stateless {
                         steps: std::mem::take(&mut run),
                         outputs: vec![],
                     });
                 }
-                let lineage_of = |rel: &str| lineage.get(rel).cloned().unwrap_or_default();
+                let Action::Join {
+                    right: pruned_right,
+                    ..
+                } = &step.op
+                else {
+                    unreachable!("a join stays a join");
+                };
                 let unit = super::join::join_unit(
                     format!("{}.{}", task.id, step.id),
-                    step,
+                    &step,
                     super::join::JoinInput {
                         relation: &step.target,
                         sources: left_fed,
-                        event_columns: lineage_of(&step.target),
+                        event_columns: left_events,
                     },
                     super::join::JoinInput {
-                        relation: right,
+                        relation: pruned_right,
                         sources: right_fed,
-                        event_columns: lineage_of(right),
+                        event_columns: right_events,
                     },
                     schemas,
                     &parameters,
@@ -232,7 +275,7 @@ pub fn build_transform(
         let infos: Vec<&SourceInfo> = fed.iter().filter_map(|s| sources.get(s)).collect();
         let watermarked = infos.iter().any(|i| i.event_time.is_some());
         let late_policy = infos.first().map(|i| i.late.clone()).unwrap_or_default();
-        let event_cols: Vec<String> = infos.iter().filter_map(|i| i.event_time.clone()).collect();
+        let event_cols: Vec<String> = lineage.get(&step.target).cloned().unwrap_or_default();
         let (op, prepare): (Box<dyn StatefulOperator>, Vec<NamedExpr>) = match &step.op {
             Action::Aggregate {
                 group_by,
@@ -321,10 +364,23 @@ pub fn build_transform(
                     }
                     None => None,
                 };
+                // The key compared with the watermark: an event-time column among the
+                // keys, a window's end first (see `lineage::watermark_column`).
                 let event_time_key = if window_layout.is_none() {
-                    group_by
+                    let keyed: Vec<String> = event_cols
                         .iter()
-                        .position(|g| matches!(&g.expr, Expr::Column(c) if event_cols.contains(c)))
+                        .filter(|c| {
+                            group_by
+                                .iter()
+                                .any(|g| matches!(&g.expr, Expr::Column(k) if k == *c))
+                        })
+                        .cloned()
+                        .collect();
+                    etlantic_core::ir::lineage::watermark_column(&keyed).and_then(|c| {
+                        group_by
+                            .iter()
+                            .position(|g| matches!(&g.expr, Expr::Column(k) if k == c))
+                    })
                 } else {
                     None
                 };
@@ -337,10 +393,7 @@ pub fn build_transform(
                 (Box::new(AggregateOperator::new(layout)?), prepare)
             }
             Action::Deduplicate { keys, .. } | Action::Distinct { fields: Some(keys) } => {
-                let time = event_cols
-                    .first()
-                    .cloned()
-                    .filter(|c| input.field_with_name(c).is_ok());
+                let time = present_watermark_column(&event_cols, &input);
                 (
                     Box::new(DedupOperator::new(input.clone(), keys.clone(), time, None)?),
                     vec![],
@@ -351,10 +404,7 @@ pub fn build_transform(
                 vec![],
             ),
             Action::DeduplicateWithinWatermark { keys } => {
-                let time = event_cols
-                    .first()
-                    .cloned()
-                    .filter(|c| input.field_with_name(c).is_ok());
+                let time = present_watermark_column(&event_cols, &input);
                 let delay = infos.iter().find_map(|i| i.delay_us).unwrap_or(0);
                 (
                     Box::new(DedupOperator::new(
@@ -372,10 +422,7 @@ pub fn build_transform(
                 time_mode,
                 options,
             } => {
-                let time = event_cols
-                    .first()
-                    .cloned()
-                    .filter(|c| input.field_with_name(c).is_ok());
+                let time = present_watermark_column(&event_cols, &input);
                 (
                     Box::new(super::processor::ProcessorOperator::new(
                         processor,
@@ -449,11 +496,109 @@ pub fn build_transform(
         id: task.id.clone(),
         inputs,
         units,
+        event_columns: lineage.get(&output).cloned().unwrap_or_default(),
         output,
         parameters,
         opaque: None,
         backend: None,
     })
+}
+
+/// Column pruning below a stream-stream join: a join keeps both inputs in state, so
+/// when the one step reading its output is a projection (`select`), each input is first
+/// projected to the columns that projection reads plus what the join itself needs (keys,
+/// predicate, time range, event time). Returns the projections to run first and the join
+/// reading them, or `None` when nothing can be pruned. Not done when a side's late rows
+/// are routed somewhere (quarantine, side output): those must leave whole.
+fn prune_join_inputs(
+    step: &ActionNode,
+    plan: &etlantic_core::ir::DecodedPlan,
+    schemas: &HashMap<String, SchemaRef>,
+    event_columns: [&Vec<String>; 2],
+    routes_nothing: [bool; 2],
+) -> Option<(Vec<ActionNode>, ActionNode)> {
+    let Action::Join {
+        right,
+        left_keys,
+        right_keys,
+        predicate,
+        time_range,
+        ..
+    } = &step.op
+    else {
+        return None;
+    };
+    if !routes_nothing.iter().all(|r| *r) || plan.outputs.values().any(|o| o == &step.id) {
+        return None;
+    }
+    let readers: Vec<&ActionNode> = plan
+        .steps
+        .iter()
+        .filter(|s| s.target == step.id || s.op.secondary_inputs().contains(&step.id.as_str()))
+        .collect();
+    let [reader] = readers.as_slice() else {
+        return None;
+    };
+    let Action::Project { fields } = &reader.op else {
+        return None;
+    };
+    if reader.target != step.id {
+        return None;
+    }
+    let read: Vec<String> = fields.iter().flat_map(|f| f.expr.columns()).collect();
+    let inputs = [&step.target, right];
+    let [left_schema, right_schema] = inputs.map(|r| schemas.get(r.as_str()).cloned());
+    let (left_schema, right_schema) = (left_schema?, right_schema?);
+    let names =
+        |s: &SchemaRef| -> Vec<String> { s.fields().iter().map(|f| f.name().clone()).collect() };
+    let (left_names, right_names) = (names(&left_schema), names(&right_schema));
+    // A name on both sides that is not a merged key pair: the output naming is subtle,
+    // leave it alone.
+    let merged: Vec<&String> = left_keys
+        .iter()
+        .zip(right_keys)
+        .filter(|(l, r)| l == r)
+        .map(|(l, _)| l)
+        .collect();
+    if left_names
+        .iter()
+        .any(|n| right_names.contains(n) && !merged.contains(&n))
+    {
+        return None;
+    }
+    let mut needed: Vec<String> = read;
+    needed.extend(predicate.iter().flat_map(|p| p.columns()));
+    if let Some(r) = time_range {
+        needed.push(r.left.clone());
+        needed.push(r.right.clone());
+    }
+    let keep = |all: &[String], keys: &[String], events: &[String]| -> Vec<String> {
+        all.iter()
+            .filter(|c| needed.contains(c) || keys.contains(c) || events.contains(c))
+            .cloned()
+            .collect()
+    };
+    let left_keep = keep(&left_names, left_keys, event_columns[0]);
+    let right_keep = keep(&right_names, right_keys, event_columns[1]);
+    if left_keep.len() == left_names.len() && right_keep.len() == right_names.len() {
+        return None;
+    }
+    let project = |side: &str, target: &str, cols: &[String]| ActionNode {
+        id: format!("{}.__{side}_columns", step.id),
+        action: "dtcs:project".into(),
+        target: target.to_string(),
+        op: Action::Project {
+            fields: cols.iter().map(|c| NamedExpr::column(c)).collect(),
+        },
+    };
+    let l = project("left", &step.target, &left_keep);
+    let r = project("right", right, &right_keep);
+    let mut joined = step.clone();
+    joined.target = l.id.clone();
+    if let Action::Join { right, .. } = &mut joined.op {
+        *right = r.id.clone();
+    }
+    Some((vec![l, r], joined))
 }
 
 /// Evaluates the preparation of a stateful unit into the operator's input batches.

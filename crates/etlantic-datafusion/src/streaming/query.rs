@@ -91,6 +91,14 @@ impl StreamingOptions {
     }
 }
 
+/// What a micro-batch writes of an operator's state.
+enum StateWrite {
+    /// The whole state.
+    Whole(RecordBatch),
+    /// The changes since the previous version.
+    Changes(RecordBatch),
+}
+
 /// Where the process may be killed on purpose (fault-injection tests), set with the
 /// environment variable `ETLANTIC_FAIL_POINT=<point>:<batch id>` (see
 /// [`etlantic_core::faults`]; sinks check `in_sink` themselves).
@@ -514,6 +522,12 @@ impl StreamingQuery {
             upstream.insert(st.id.clone(), vec![st.id.clone()]);
             node_schemas.insert(st.id.clone(), schema);
         }
+        // The event-time columns of every node's output, through the transformations
+        // (a window's bounds are event time downstream: chained stateful operators).
+        let mut node_event_time: HashMap<String, Vec<String>> = source_infos
+            .iter()
+            .map(|(id, i)| (id.clone(), i.event_time.iter().cloned().collect()))
+            .collect();
         let mut transforms = Vec::new();
         for t in &plan.transforms {
             let task = plan.step_task(&t.id)?;
@@ -534,7 +548,13 @@ impl StreamingQuery {
                 .map(|(_, n)| (n.clone(), upstream.get(n).cloned().unwrap_or_default()))
                 .collect();
             let unit = if t.backend == crate::capabilities::BACKEND_NAME {
-                build_transform(&task, &port_upstream, &source_infos, &mut schemas)?
+                build_transform(
+                    &task,
+                    &port_upstream,
+                    &node_event_time,
+                    &source_infos,
+                    &mut schemas,
+                )?
             } else {
                 // Placed on another backend (an SQL region): run whole per micro-batch.
                 let backend = plugin::backend(&t.backend).ok_or_else(|| {
@@ -565,6 +585,7 @@ impl StreamingQuery {
                     parameters: IndexMap::new(),
                     opaque: Some(task.clone()),
                     backend: Some(backend),
+                    event_columns: vec![],
                 }
             };
             let out_schema = match &unit.opaque {
@@ -574,9 +595,25 @@ impl StreamingQuery {
                     .cloned()
                     .ok_or_else(|| Error::new(&codes::PLAN_INVALID, "no output schema"))?,
             };
-            node_schemas.insert(t.id.clone(), out_schema);
+            node_schemas.insert(t.id.clone(), out_schema.clone());
             fed.sort();
             fed.dedup();
+            let event_time = match &unit.opaque {
+                // An opaque step keeps the event-time columns of its inputs that it
+                // outputs under the same name.
+                Some(_) => {
+                    let mut cols: Vec<String> = task
+                        .inputs
+                        .values()
+                        .flat_map(|n| node_event_time.get(n).cloned().unwrap_or_default())
+                        .filter(|c| out_schema.field_with_name(c).is_ok())
+                        .collect();
+                    cols.dedup();
+                    cols
+                }
+                None => unit.event_columns.clone(),
+            };
+            node_event_time.insert(t.id.clone(), event_time);
             upstream.insert(t.id.clone(), fed);
             transforms.push(unit);
         }
@@ -694,7 +731,8 @@ impl StreamingQuery {
             for t in self.transforms.iter_mut() {
                 for u in t.units.iter_mut() {
                     if let Unit::Stateful(s) = u {
-                        if let Some(state) = cp.read_state(&s.id, version)? {
+                        let identity = s.op.changelog_identity();
+                        if let Some(state) = cp.read_state_chain(&s.id, version, identity)? {
                             s.op.restore(&state)?;
                             restored.push(s.id.clone());
                         }
@@ -1159,20 +1197,30 @@ impl StreamingQuery {
         // before `commits/N` and neither depends on the other, so their fsyncs overlap.
         // A crash before the commit leaves a snapshot of an uncommitted batch, which the
         // restart overwrites when it re-runs the batch.
+        // An operator with a changelog writes its changes, and a whole snapshot every
+        // `FULL_SNAPSHOT_EVERY` versions (see `super::checkpoint`).
         let version = batch_id + 1;
+        let full_version = version.is_multiple_of(super::checkpoint::FULL_SNAPSHOT_EVERY);
         let mut snapshots = Vec::new();
-        for t in self.transforms.iter() {
-            for u in &t.units {
+        for t in self.transforms.iter_mut() {
+            for u in t.units.iter_mut() {
                 if let Unit::Stateful(s) = u {
-                    snapshots.push((s.id.clone(), s.op.snapshot()?));
+                    let state = match s.op.changes()? {
+                        Some(changes) if !full_version => StateWrite::Changes(changes),
+                        _ => StateWrite::Whole(s.op.snapshot()?),
+                    };
+                    snapshots.push((s.id.clone(), state));
                 }
             }
         }
         let state_write = (!snapshots.is_empty()).then(|| {
             let files = self.checkpoint.state_files();
             tokio::task::spawn_blocking(move || -> Result<()> {
-                for (id, snapshot) in &snapshots {
-                    files.write(id, version, snapshot)?;
+                for (id, state) in &snapshots {
+                    match state {
+                        StateWrite::Whole(s) => files.write(id, version, s)?,
+                        StateWrite::Changes(c) => files.write_changes(id, version, c)?,
+                    }
                 }
                 Ok(())
             })

@@ -1,0 +1,380 @@
+//! Nexmark on the streaming runtime against the same queries as DataFusion batch queries.
+//!
+//! For every query of `etlantic_testkit::nexmark::QUERIES`: the pipeline runs on the
+//! streaming runtime (`available_now`, `--per-batch` generator events per micro-batch)
+//! over `--events` generator events, its sink counting rows; then the query's reference
+//! SQL runs in DataFusion over the same events, generated into memory first (generation
+//! is timed on both sides). Throughput is generator events per CPU-second of this
+//! process (`/proc/self/stat`: user + system time of every thread), so it reads as
+//! events/s per core on a shared machine; the stream/batch ratio compares the two in
+//! one run.
+//!
+//! Then, on the wall clock (the generator paced with `realtime=true`, so event time is
+//! arrival time):
+//! - end-to-end latency at a 100 ms processing-time trigger: for every output row, the
+//!   time from its `date_time` to the sink's write, as p50/p99;
+//! - checkpoint overhead at 1-second triggers: the write-ahead log, state snapshots and
+//!   commit (`walCommit` + `commitOffsets` of the progress records) as a share of the
+//!   trigger interval and of the micro-batches' own time.
+//!
+//! `cargo xtask bench nexmark --events N` runs it; `--markdown FILE` writes the tables.
+
+use arrow::array::RecordBatch;
+use datafusion::prelude::SessionContext;
+use etlantic_core::plugin::{ReadLimit, Source, SourceContext};
+use etlantic_core::streaming::ExecutionMode;
+use etlantic_core::uri::BindingUri;
+use etlantic_datafusion::streaming::{StreamingOptions, StreamingQuery};
+use etlantic_plan::Project;
+use etlantic_sources::nexmark::NexmarkSource;
+use etlantic_testkit::nexmark::{profile, realtime_profile, Query, QUERIES};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// CPU seconds (user + system) of this process so far.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which is in parentheses and may hold spaces).
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime are fields 14 and 15 of the line: 12 and 13 after `) state`.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+struct Measure {
+    rows: u64,
+    wall: f64,
+    cpu: f64,
+}
+
+fn measure<T>(f: impl FnOnce() -> (u64, T)) -> Measure {
+    let (c0, w0) = (cpu_seconds(), Instant::now());
+    let (rows, _) = f();
+    Measure {
+        rows,
+        wall: w0.elapsed().as_secs_f64(),
+        cpu: cpu_seconds() - c0,
+    }
+}
+
+/// Plans `q` with the profile `profile` in `dir`.
+fn plan(dir: &std::path::Path, q: &Query, profile: &str) -> etlantic_plan::PipelinePlan {
+    std::fs::write(dir.join("pipeline.yaml"), q.pipeline).expect("write");
+    std::fs::write(dir.join("profile.yaml"), profile).expect("write");
+    let project = Project::load(&dir.join("pipeline.yaml"), Some(&dir.join("profile.yaml")))
+        .expect("the query loads");
+    etlantic_plan::plan(&project)
+        .into_result()
+        .expect("the query plans")
+}
+
+fn stream(rt: &tokio::runtime::Runtime, q: &Query, events: u64, per_batch: u64) -> Measure {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let name = format!("nexmark_bench_{}", q.name);
+    let rows = Arc::new(AtomicU64::new(0));
+    let counter = rows.clone();
+    etlantic_sinks::foreach::register(
+        &name,
+        Arc::new(move |b: etlantic_sinks::foreach::ForeachBatch<'_>| {
+            counter.fetch_add(b.data.num_rows() as u64, Ordering::Relaxed);
+            Ok(())
+        }),
+    );
+    let plan = plan(
+        dir.path(),
+        q,
+        &profile(q, events, per_batch, &format!("foreach://{name}")),
+    );
+    measure(|| {
+        rt.block_on(async {
+            let opts = StreamingOptions::new(dir.path(), dir.path().join("chk"));
+            let mut query = StreamingQuery::start(&plan, opts)
+                .await
+                .expect("the query starts");
+            query.process_all_available().await.expect("the query runs");
+            query.close().await.expect("the query closes");
+        });
+        (rows.load(Ordering::Relaxed), ())
+    })
+}
+
+fn batch(rt: &tokio::runtime::Runtime, q: &Query, events: u64) -> Measure {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let plan = plan(
+        dir.path(),
+        q,
+        &profile(q, events, events, "memory://unused"),
+    );
+    measure(|| {
+        rt.block_on(async {
+            let ctx = SessionContext::new();
+            for s in &plan.sources {
+                let schema = plan
+                    .asset_contract(&s.asset)
+                    .expect("a contract")
+                    .arrow_schema();
+                let uri = format!(
+                    "nexmark://{}?events_per_batch={events}&max_events={events}&start_ms=0",
+                    s.asset
+                );
+                let mut src = NexmarkSource::new(SourceContext {
+                    asset: s.asset.clone(),
+                    uri: BindingUri::parse(&uri).expect("a URI"),
+                    schema: schema.clone(),
+                    contract: None,
+                    root: dir.path().into(),
+                    mode: ExecutionMode::Streaming,
+                    state_dir: None,
+                })
+                .expect("the generator");
+                let end = src
+                    .latest_offset(None, &ReadLimit::unlimited())
+                    .await
+                    .expect("an offset")
+                    .expect("events");
+                let batches = src.read(None, &end).await.expect("events").batches;
+                let table = datafusion::datasource::MemTable::try_new(schema, vec![batches])
+                    .expect("a table");
+                ctx.register_table(s.asset.as_str(), Arc::new(table))
+                    .expect("registered");
+            }
+            let out: Vec<RecordBatch> = ctx
+                .sql(q.reference_sql)
+                .await
+                .expect("the reference SQL")
+                .collect()
+                .await
+                .expect("runs");
+            (out.iter().map(|b| b.num_rows() as u64).sum(), ())
+        })
+    })
+}
+
+fn now_us() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
+}
+
+/// What a paced run saw: the latency of every output row (µs) and the progress records.
+struct Paced {
+    latencies_us: Vec<i64>,
+    progress: Vec<serde_json::Value>,
+}
+
+/// Runs `q` on the wall clock: `rate` events/s for `seconds`, the trigger given; the sink
+/// records, for every output row, the time from its `date_time` (if it has one) to now.
+fn paced(rt: &tokio::runtime::Runtime, q: &Query, trigger: &str, rate: u64, seconds: u64) -> Paced {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let name = format!("nexmark_paced_{}_{}", q.name, trigger.replace(' ', "_"));
+    let latencies = Arc::new(Mutex::new(Vec::new()));
+    let sink_latencies = latencies.clone();
+    etlantic_sinks::foreach::register(
+        &name,
+        Arc::new(move |b: etlantic_sinks::foreach::ForeachBatch<'_>| {
+            let now = now_us();
+            let mut out = sink_latencies.lock().expect("not poisoned");
+            for batch in &b.data.batches {
+                let Some(col) = batch.column_by_name("date_time") else {
+                    continue;
+                };
+                let micros = arrow::compute::cast(
+                    col,
+                    &arrow::datatypes::DataType::Timestamp(
+                        arrow::datatypes::TimeUnit::Microsecond,
+                        None,
+                    ),
+                )
+                .and_then(|c| arrow::compute::cast(&c, &arrow::datatypes::DataType::Int64))
+                .expect("a timestamp");
+                let micros = micros
+                    .as_any()
+                    .downcast_ref::<arrow::array::Int64Array>()
+                    .expect("Int64");
+                out.extend(micros.iter().flatten().map(|t| now - t));
+            }
+            Ok(())
+        }),
+    );
+    // A little lead, so the first trigger finds the query started.
+    let start_ms = now_us() / 1000 + 300;
+    let events = rate * seconds;
+    let plan = plan(
+        dir.path(),
+        q,
+        &realtime_profile(
+            q,
+            trigger,
+            rate,
+            events,
+            start_ms,
+            &format!("foreach://{name}"),
+        ),
+    );
+    let progress = Arc::new(Mutex::new(Vec::new()));
+    let listener = progress.clone();
+    let mut opts = StreamingOptions::new(dir.path(), dir.path().join("chk"));
+    opts.on_progress = Some(Arc::new(move |p: &serde_json::Value| {
+        listener.lock().expect("not poisoned").push(p.clone());
+    }));
+    let stop = opts.stop.clone();
+    rt.block_on(async {
+        let mut query = StreamingQuery::start(&plan, opts)
+            .await
+            .expect("the query starts");
+        // Stop once the last event is due and a few more triggers have run.
+        let stopper = std::thread::spawn({
+            let stop: Arc<AtomicBool> = stop.clone();
+            move || {
+                std::thread::sleep(Duration::from_millis(300 + seconds * 1000 + 2500));
+                stop.store(true, Ordering::SeqCst);
+            }
+        });
+        query.run().await.expect("the query runs");
+        stopper.join().expect("the stopper");
+    });
+    let mut latencies_us = std::mem::take(&mut *latencies.lock().expect("not poisoned"));
+    latencies_us.sort_unstable();
+    let progress = std::mem::take(&mut *progress.lock().expect("not poisoned"));
+    Paced {
+        latencies_us,
+        progress,
+    }
+}
+
+fn percentile(sorted: &[i64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[i] as f64 / 1000.0
+}
+
+/// A duration of the progress records (ms), summed over the micro-batches with input.
+fn duration_ms(progress: &[serde_json::Value], key: &str) -> f64 {
+    progress
+        .iter()
+        .filter(|p| p["numInputRows"].as_u64().unwrap_or(0) > 0)
+        .map(|p| p["durationMs"][key].as_f64().unwrap_or(0.0))
+        .sum()
+}
+
+fn arg(args: &[String], name: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let events: u64 = arg(&args, "--events")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2_000_000);
+    let per_batch: u64 = arg(&args, "--per-batch")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200_000);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let mut table = format!(
+        "Nexmark, {events} generator events, {per_batch} per micro-batch; events per CPU-second of the process (≈ per core), one run.\n\n| query | output rows | stream events/s/core | batch events/s/core | stream/batch | stream wall s |\n|---|---|---|---|---|---|\n"
+    );
+    // `--query q3`: one query only (profiling).
+    let only = arg(&args, "--query");
+    let selected = |q: &&Query| only.as_deref().is_none_or(|o| o == q.name);
+    for q in QUERIES.iter().filter(selected) {
+        let s = stream(&rt, q, events, per_batch);
+        let b = batch(&rt, q, events);
+        assert_eq!(s.rows, b.rows, "{}: stream and batch disagree", q.name);
+        let rate = |m: &Measure| events as f64 / m.cpu.max(1e-3);
+        let line = format!(
+            "| {} | {} | {:.0} | {:.0} | {:.2} | {:.2} |\n",
+            q.name,
+            s.rows,
+            rate(&s),
+            rate(&b),
+            rate(&s) / rate(&b),
+            s.wall
+        );
+        print!("{line}");
+        table.push_str(&line);
+    }
+    println!("\n{table}");
+
+    // Latency at a 100 ms trigger (queries whose output carries `date_time`).
+    let rate: u64 = arg(&args, "--latency-rate")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
+    let seconds: u64 = arg(&args, "--seconds")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    let mut latency = format!(
+        "End-to-end latency at a 100 ms processing-time trigger, {rate} events/s for {seconds} s (generator paced by the wall clock; from each output row's event time to its sink write).\n\n| query | output rows | p50 ms | p99 ms | max ms | micro-batches |\n|---|---|---|---|---|---|\n"
+    );
+    for q in QUERIES
+        .iter()
+        .filter(|q| ["q0", "q1"].contains(&q.name))
+        .filter(selected)
+    {
+        let r = paced(&rt, q, "processing_time 100 milliseconds", rate, seconds);
+        let line = format!(
+            "| {} | {} | {:.1} | {:.1} | {:.1} | {} |\n",
+            q.name,
+            r.latencies_us.len(),
+            percentile(&r.latencies_us, 0.5),
+            percentile(&r.latencies_us, 0.99),
+            percentile(&r.latencies_us, 1.0),
+            r.progress.len()
+        );
+        print!("{line}");
+        latency.push_str(&line);
+    }
+
+    // Checkpoint overhead at 1-second triggers.
+    let rate: u64 = arg(&args, "--checkpoint-rate")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(500_000);
+    let mut overhead = format!(
+        "Checkpoint overhead at 1-second processing-time triggers, {rate} events/s for {seconds} s: the write-ahead log (`walCommit`) plus state snapshots and commit (`commitOffsets`) per micro-batch with input.\n\n| query | micro-batches | checkpoint ms/batch | batch ms/batch | share of the 1 s interval | share of batch time |\n|---|---|---|---|---|---|\n"
+    );
+    for q in QUERIES
+        .iter()
+        .filter(|q| ["q1", "q3", "q5", "q7"].contains(&q.name))
+        .filter(selected)
+    {
+        let r = paced(&rt, q, "processing_time 1 second", rate, seconds);
+        let batches = r
+            .progress
+            .iter()
+            .filter(|p| p["numInputRows"].as_u64().unwrap_or(0) > 0)
+            .count()
+            .max(1) as f64;
+        let ckpt =
+            duration_ms(&r.progress, "walCommit") + duration_ms(&r.progress, "commitOffsets");
+        let total = duration_ms(&r.progress, "triggerExecution");
+        let line = format!(
+            "| {} | {} | {:.1} | {:.1} | {:.1}% | {:.1}% |\n",
+            q.name,
+            batches,
+            ckpt / batches,
+            total / batches,
+            100.0 * ckpt / (batches * 1000.0),
+            100.0 * ckpt / total.max(1e-9)
+        );
+        print!("{line}");
+        overhead.push_str(&line);
+    }
+
+    if let Some(path) = arg(&args, "--markdown") {
+        std::fs::write(
+            &path,
+            format!("# Nexmark results\n\nProduced by `cargo xtask bench nexmark` on one machine in one run; figures from different runs (or machines) are not comparable, the ratios within a run are.\n\n## Throughput\n\n{table}\n## Latency\n\n{latency}\n## Checkpoint overhead\n\n{overhead}"),
+        )
+        .expect("the results file is writable");
+    }
+}
