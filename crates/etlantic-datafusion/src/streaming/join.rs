@@ -67,7 +67,7 @@ use etlantic_core::ir::{Action, ActionNode, Expr, JoinTimeRange, JoinType};
 use etlantic_core::streaming::LatePolicy;
 use indexmap::IndexMap;
 use serde_json::Value;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -187,19 +187,23 @@ struct Entry {
 
 type RowRef = (u32, u32);
 
+/// The state index is probed and filled for every row of every micro-batch: foldhash
+/// instead of the default SipHash (seeded per process, so no `HashDoS` exposure).
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 /// One side's state: its rows in Arrow chunks, indexed by key.
 #[derive(Default)]
 struct SideState {
-    chunks: HashMap<u32, RecordBatch>,
-    live: HashMap<u32, usize>,
+    chunks: FastMap<u32, RecordBatch>,
+    live: FastMap<u32, usize>,
     next_chunk: u32,
     next_seq: u64,
-    by_key: HashMap<Vec<u8>, Vec<Entry>>,
+    by_key: FastMap<Vec<u8>, Vec<Entry>>,
     rows: usize,
     /// Changelog since the last checkpoint: entries with a `seq` from here on are new...
     checkpointed_seq: u64,
     /// ...older ones whose `matched` or update time changed...
-    dirty: HashSet<u64>,
+    dirty: std::collections::HashSet<u64, foldhash::fast::RandomState>,
     /// ...and older ones removed (evicted or expired).
     removed: Vec<u64>,
 }
