@@ -95,12 +95,7 @@ pub(crate) fn join(
             .require(k)
             .map_err(|e| error::prefixed(e, "right join key"))?;
     }
-    let merged: Vec<&String> = left_keys
-        .iter()
-        .zip(right_keys)
-        .filter(|(l, r)| l == r)
-        .map(|(l, _)| l)
-        .collect();
+    let merged = merged_keys(left_keys, right_keys);
     if !semi_anti {
         if let Some(c) = rcols
             .iter()
@@ -293,4 +288,15 @@ pub(crate) fn join(
         return joined.select_with_ord(exprs, ord);
     }
     joined.select(exprs, false)
+}
+
+/// The key pairs of the same name on both sides, which the join's output has once (the
+/// left column).
+pub(crate) fn merged_keys<'a>(left_keys: &'a [String], right_keys: &[String]) -> Vec<&'a String> {
+    left_keys
+        .iter()
+        .zip(right_keys)
+        .filter(|(l, r)| l == r)
+        .map(|(l, _)| l)
+        .collect()
 }

@@ -6,7 +6,7 @@
 mod aggregate;
 mod columns;
 mod explode;
-mod join;
+pub(crate) mod join;
 mod ordering;
 mod union;
 mod window;

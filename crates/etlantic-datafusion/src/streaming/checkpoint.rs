@@ -384,17 +384,7 @@ impl StateFiles {
 
     /// Reads an operator's whole snapshot for `version` (`None` when there is none).
     pub fn read(&self, op: &str, version: u64) -> Result<Option<RecordBatch>> {
-        let path = self.path(op, version);
-        let file = match File::open(&path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(io_err(&path, e)),
-        };
-        let mut reader = FileReader::try_new(file, None).map_err(|e| corrupt(&path, e))?;
-        match reader.next() {
-            Some(b) => Ok(Some(b.map_err(|e| corrupt(&path, e))?)),
-            None => Err(corrupt(&path, "no record batch")),
-        }
+        Self::read_file(&self.path(op, version))
     }
 }
 

@@ -554,12 +554,7 @@ fn prune_join_inputs(
     let (left_names, right_names) = (names(&left_schema), names(&right_schema));
     // A name on both sides that is not a merged key pair: the output naming is subtle,
     // leave it alone.
-    let merged: Vec<&String> = left_keys
-        .iter()
-        .zip(right_keys)
-        .filter(|(l, r)| l == r)
-        .map(|(l, _)| l)
-        .collect();
+    let merged = crate::actions::join::merged_keys(left_keys, right_keys);
     if left_names
         .iter()
         .any(|n| right_names.contains(n) && !merged.contains(&n))
