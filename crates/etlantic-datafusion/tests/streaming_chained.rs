@@ -172,14 +172,6 @@ async fn a_window_aggregation_joins_the_stream_it_aggregates() {
     assert_eq!(join["numRowsTotal"], 2, "{join}");
 }
 
-fn codes_of(fx: &Fixture) -> (bool, Vec<String>) {
-    let o = fx.plan_outcome();
-    (
-        o.plan.is_some() && !o.diagnostics.has_errors(),
-        o.diagnostics.iter().map(|d| d.code.clone()).collect(),
-    )
-}
-
 #[tokio::test]
 async fn chains_the_runtime_cannot_finalise_are_refused_with_codes() {
     // Append mode, grouped by the windows: accepted.

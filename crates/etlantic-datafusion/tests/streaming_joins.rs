@@ -912,14 +912,6 @@ async fn a_static_table_can_be_prepared_by_a_transformation_before_the_join() {
 
 // ------------------------------------------------------------------ planning rules
 
-fn codes_of(fx: &Fixture) -> (bool, Vec<String>) {
-    let o = fx.plan_outcome();
-    (
-        o.plan.is_some() && !o.diagnostics.has_errors(),
-        o.diagnostics.iter().map(|d| d.code.clone()).collect(),
-    )
-}
-
 #[tokio::test]
 async fn outer_joins_of_streams_need_a_watermark_on_the_nullable_side_and_a_range() {
     let w = Some("10 seconds");

@@ -490,3 +490,12 @@ pub const WIN_COLS: &[(&str, &str)] = &[
     ("cnt", "long"),
     ("total", "long"),
 ];
+
+/// Whether the fixture plans without errors, and the codes of every diagnostic.
+pub fn codes_of(fx: &Fixture) -> (bool, Vec<String>) {
+    let o = fx.plan_outcome();
+    (
+        o.plan.is_some() && !o.diagnostics.has_errors(),
+        o.diagnostics.iter().map(|d| d.code.clone()).collect(),
+    )
+}
