@@ -31,7 +31,8 @@ use arrow::compute::{
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::ipc::reader::FileReader;
-use arrow::ipc::writer::FileWriter;
+use arrow::ipc::writer::{FileWriter, IpcWriteOptions};
+use arrow::ipc::CompressionType;
 use arrow::row::{RowConverter, SortField};
 use etlantic_core::diagnostics::{codes, Diagnostic, Error, Result};
 use etlantic_core::durable::write_atomic;
@@ -286,7 +287,13 @@ impl StateFiles {
     fn write_file(&self, path: &Path, batch: &RecordBatch) -> Result<()> {
         let mut buf = Vec::new();
         {
-            let mut w = FileWriter::try_new(&mut buf, &batch.schema())
+            // LZ4 frames: state holds long runs of nulls (a join side's columns in the
+            // other side's rows, removed rows) and repeated values; compressing costs
+            // less than writing and syncing them. Readers decompress transparently.
+            let options = IpcWriteOptions::default()
+                .try_with_compression(Some(CompressionType::LZ4_FRAME))
+                .map_err(|e| io_err(&self.root, e))?;
+            let mut w = FileWriter::try_new_with_options(&mut buf, &batch.schema(), options)
                 .map_err(|e| io_err(&self.root, e))?;
             w.write(batch).map_err(|e| io_err(&self.root, e))?;
             w.finish().map_err(|e| io_err(&self.root, e))?;

@@ -71,6 +71,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+mod state;
+use state::{Entry, SideState};
+
 fn engine(e: impl std::fmt::Display) -> Error {
     Error::new(&codes::ENGINE_ERROR, e.to_string())
 }
@@ -172,162 +175,7 @@ enum OutCol {
     Merged(usize, usize),
 }
 
-/// A buffered row: where its values are and what eviction and matching need.
-#[derive(Clone, Copy, Debug)]
-struct Entry {
-    seq: u64,
-    chunk: u32,
-    row: u32,
-    range_time: Option<i64>,
-    evict_time: Option<i64>,
-    matched: bool,
-    /// Processing time (ms) it was added or last matched (state TTL).
-    updated_ms: Option<i64>,
-}
-
 type RowRef = (u32, u32);
-
-/// The state index is probed and filled for every row of every micro-batch: foldhash
-/// instead of the default SipHash (seeded per process, so no `HashDoS` exposure).
-type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
-
-/// One side's state: its rows in Arrow chunks, indexed by key.
-#[derive(Default)]
-struct SideState {
-    chunks: FastMap<u32, RecordBatch>,
-    live: FastMap<u32, usize>,
-    next_chunk: u32,
-    next_seq: u64,
-    by_key: FastMap<Vec<u8>, Vec<Entry>>,
-    rows: usize,
-    /// Changelog since the last checkpoint: entries with a `seq` from here on are new...
-    checkpointed_seq: u64,
-    /// ...older ones whose `matched` or update time changed...
-    dirty: std::collections::HashSet<u64, foldhash::fast::RandomState>,
-    /// ...and older ones removed (evicted or expired).
-    removed: Vec<u64>,
-}
-
-impl SideState {
-    fn add_chunk(&mut self, batch: RecordBatch) -> u32 {
-        let id = self.next_chunk;
-        self.next_chunk += 1;
-        self.chunks.insert(id, batch);
-        self.live.insert(id, 0);
-        id
-    }
-
-    fn insert(&mut self, key: &[u8], e: Entry) {
-        self.insert_at(self.next_seq, key, e);
-    }
-
-    fn insert_at(&mut self, seq: u64, key: &[u8], mut e: Entry) {
-        e.seq = seq;
-        self.next_seq = self.next_seq.max(seq + 1);
-        *self.live.entry(e.chunk).or_insert(0) += 1;
-        self.rows += 1;
-        match self.by_key.get_mut(key) {
-            Some(list) => list.push(e),
-            None => {
-                self.by_key.insert(key.to_vec(), vec![e]);
-            }
-        }
-    }
-
-    /// Removes the entries at or below `threshold_us`; returns them.
-    fn evict(&mut self, threshold_us: i64) -> Vec<Entry> {
-        let mut out = Vec::new();
-        for list in self.by_key.values_mut() {
-            if !list
-                .iter()
-                .any(|e| e.evict_time.is_some_and(|t| t <= threshold_us))
-            {
-                continue;
-            }
-            list.retain(|e| {
-                if e.evict_time.is_some_and(|t| t <= threshold_us) {
-                    out.push(*e);
-                    false
-                } else {
-                    true
-                }
-            });
-        }
-        self.by_key.retain(|_, l| !l.is_empty());
-        for e in &out {
-            if let Some(n) = self.live.get_mut(&e.chunk) {
-                *n -= 1;
-            }
-            if e.seq < self.checkpointed_seq {
-                self.removed.push(e.seq);
-            }
-        }
-        self.rows -= out.len();
-        out.sort_by_key(|e| e.seq);
-        out
-    }
-
-    /// Removes the entries a state TTL expires at `now_ms`; returns how many.
-    fn expire(&mut self, ttl: &StateTtl, now_ms: i64) -> usize {
-        let mut gone = 0;
-        for list in self.by_key.values_mut() {
-            list.retain(|e| {
-                let expired = ttl.expired(e.updated_ms, now_ms);
-                if expired {
-                    if let Some(n) = self.live.get_mut(&e.chunk) {
-                        *n -= 1;
-                    }
-                    if e.seq < self.checkpointed_seq {
-                        self.removed.push(e.seq);
-                    }
-                    gone += 1;
-                }
-                !expired
-            });
-        }
-        self.by_key.retain(|_, l| !l.is_empty());
-        self.rows -= gone;
-        gone
-    }
-
-    /// Drops chunks nothing refers to.
-    fn drop_dead_chunks(&mut self) {
-        let dead: Vec<u32> = self
-            .live
-            .iter()
-            .filter(|(_, n)| **n == 0)
-            .map(|(c, _)| *c)
-            .collect();
-        for c in dead {
-            self.live.remove(&c);
-            self.chunks.remove(&c);
-        }
-    }
-
-    fn chunk_rows(&self) -> usize {
-        self.chunks.values().map(RecordBatch::num_rows).sum()
-    }
-
-    fn entries_by_seq(&self) -> Vec<Entry> {
-        let mut v: Vec<Entry> = self.by_key.values().flatten().copied().collect();
-        v.sort_by_key(|e| e.seq);
-        v
-    }
-
-    fn memory_bytes(&self) -> u64 {
-        let chunks: usize = self
-            .chunks
-            .values()
-            .map(RecordBatch::get_array_memory_size)
-            .sum();
-        let index: usize = self
-            .by_key
-            .iter()
-            .map(|(k, l)| k.len() + 48 + l.len() * std::mem::size_of::<Entry>())
-            .sum();
-        (chunks + index) as u64
-    }
-}
 
 /// The stream-stream join operator.
 pub struct StreamJoinOperator {
@@ -674,17 +522,15 @@ impl StreamJoinOperator {
             let (lt, rt) = if side == LEFT { (a, b) } else { (b, a) };
             lt >= rt - lower && lt <= rt + upper
         };
-        // Candidates: (row of this batch, index in the other side's key list).
-        let mut candidates: Vec<(usize, usize)> = Vec::new();
+        // Candidates: (row of this batch, slot of the other side's entry).
+        let mut candidates: Vec<(usize, u32)> = Vec::new();
         for i in 0..kept.num_rows() {
             if null_key[i] {
                 continue;
             }
-            if let Some(list) = self.sides[other].by_key.get(rows.row(i).as_ref()) {
-                for (j, e) in list.iter().enumerate() {
-                    if in_range(range[i], e.range_time) {
-                        candidates.push((i, j));
-                    }
+            for (slot, e) in self.sides[other].matches(rows.row(i).as_ref()) {
+                if in_range(range[i], e.range_time) {
+                    candidates.push((i, slot));
                 }
             }
         }
@@ -698,8 +544,8 @@ impl StreamJoinOperator {
                     .collect();
                 let other_refs: Vec<Option<RowRef>> = candidates
                     .iter()
-                    .map(|(i, j)| {
-                        let e = &self.sides[other].by_key[rows.row(*i).as_ref()][*j];
+                    .map(|(_, slot)| {
+                        let e = self.sides[other].entry(*slot);
                         Some((e.chunk, e.row))
                     })
                     .collect();
@@ -723,23 +569,21 @@ impl StreamJoinOperator {
             }
         };
         let mut matched = vec![false; kept.num_rows()];
-        for ((i, j), ok) in candidates.iter().zip(accepted) {
+        for ((i, slot), ok) in candidates.iter().zip(accepted) {
             if !ok {
                 continue;
             }
-            let key = rows.row(*i);
-            let st = self.sides.get_mut(other).expect("two sides");
-            let e = &mut st.by_key.get_mut(key.as_ref()).expect("candidate key")[*j];
-            let changed = !e.matched || self.ttl.is_some();
-            e.matched = true;
-            if self.ttl.is_some() {
-                // A match keeps the buffered row alive.
-                e.updated_ms = Some(ctx.processing_time_ms);
+            let st = &mut self.sides[other];
+            let e = *st.entry(*slot);
+            if !e.matched || self.ttl.is_some() {
+                let e = st.entry_mut(*slot);
+                e.matched = true;
+                if self.ttl.is_some() {
+                    // A match keeps the buffered row alive.
+                    e.updated_ms = Some(ctx.processing_time_ms);
+                }
             }
-            let (seq, that_ref) = (e.seq, Some((e.chunk, e.row)));
-            if changed && seq < st.checkpointed_seq {
-                st.dirty.insert(seq);
-            }
+            let that_ref = Some((e.chunk, e.row));
             matched[*i] = true;
             let this_ref = Some((chunk, *i as u32));
             pairs.push(if side == LEFT {
@@ -854,21 +698,7 @@ impl StreamJoinOperator {
         let refs: Vec<Option<RowRef>> = entries.iter().map(|e| Some((e.chunk, e.row))).collect();
         let cols = self.gather(side, &refs)?;
         let batch = RecordBatch::try_new(self.spec(side).schema.clone(), cols).map_err(engine)?;
-        let state = &mut self.sides[side];
-        state.chunks.clear();
-        state.live.clear();
-        let chunk = state.add_chunk(batch);
-        let mut row_of: HashMap<u64, u32> = HashMap::with_capacity(entries.len());
-        for (i, e) in entries.iter().enumerate() {
-            row_of.insert(e.seq, i as u32);
-        }
-        for list in state.by_key.values_mut() {
-            for e in list.iter_mut() {
-                e.chunk = chunk;
-                e.row = row_of[&e.seq];
-            }
-        }
-        state.live.insert(chunk, entries.len());
+        self.sides[side].rechunk(batch);
         Ok(())
     }
 
@@ -1045,28 +875,13 @@ impl StatefulOperator for StreamJoinOperator {
     /// The entries added since the last call, the older ones whose `matched` or update
     /// time changed, and (as `__removed` rows) the older ones that left.
     fn changes(&mut self) -> Result<Option<RecordBatch>> {
-        let mut upserts: [Vec<Entry>; 2] = [Vec::new(), Vec::new()];
-        for side in [LEFT, RIGHT] {
-            let st = &self.sides[side];
-            upserts[side] = st
-                .by_key
-                .values()
-                .flatten()
-                .filter(|e| e.seq >= st.checkpointed_seq || st.dirty.contains(&e.seq))
-                .copied()
-                .collect();
-            upserts[side].sort_by_key(|e| e.seq);
-        }
-        let rows = self.state_rows(&upserts)?;
-        let mut removed_sides = Vec::new();
-        let mut removed_seqs = Vec::new();
-        for side in [LEFT, RIGHT] {
-            let st = &mut self.sides[side];
-            removed_sides.extend(std::iter::repeat_n(side as u8, st.removed.len()));
-            removed_seqs.append(&mut st.removed);
-            st.dirty.clear();
-            st.checkpointed_seq = st.next_seq;
-        }
+        let [(left, left_gone), (right, right_gone)] =
+            [LEFT, RIGHT].map(|side| self.sides[side].take_changes());
+        let rows = self.state_rows(&[left, right])?;
+        let mut removed_sides = vec![LEFT as u8; left_gone.len()];
+        removed_sides.extend(std::iter::repeat_n(RIGHT as u8, right_gone.len()));
+        let mut removed_seqs = left_gone;
+        removed_seqs.extend(right_gone);
         let gone = super::checkpoint::removed_rows(
             &rows.schema(),
             vec![
@@ -1164,6 +979,44 @@ impl StatefulOperator for StreamJoinOperator {
             if batch.num_rows() == 0 {
                 continue;
             }
+            // The state is kept in arrival order (snapshots and merged changes are).
+            let (batch, side_seqs, side_matched, side_updated) =
+                if side_seqs.values().windows(2).all(|w| w[0] < w[1]) {
+                    (batch, side_seqs, side_matched, side_updated)
+                } else {
+                    let order =
+                        arrow::compute::sort_to_indices(&side_seqs, None, None).map_err(engine)?;
+                    let take = |a: &dyn Array| arrow::compute::take(a, &order, None);
+                    let cols = batch
+                        .columns()
+                        .iter()
+                        .map(|c| take(c.as_ref()))
+                        .collect::<std::result::Result<Vec<_>, _>>()
+                        .map_err(engine)?;
+                    let seqs = take(&side_seqs).map_err(engine)?;
+                    let matched = take(&side_matched).map_err(engine)?;
+                    let updated = take(&side_updated).map_err(engine)?;
+                    (
+                        RecordBatch::try_new(batch.schema(), cols).map_err(engine)?,
+                        seqs.as_any()
+                            .downcast_ref::<UInt64Array>()
+                            .expect("u64")
+                            .clone(),
+                        matched
+                            .as_any()
+                            .downcast_ref::<BooleanArray>()
+                            .expect("bool")
+                            .clone(),
+                        updated
+                            .as_any()
+                            .downcast_ref::<Int64Array>()
+                            .expect("i64")
+                            .clone(),
+                    )
+                };
+            if side_seqs.values().windows(2).any(|w| w[0] == w[1]) {
+                return Err(bad("two rows of one side have the same `__seq`"));
+            }
             let (rows, _) = self.key_rows(side, &batch)?;
             let range = Self::times(&batch, self.range_column(side))?;
             let evict_col = self.evictions[side].as_ref().map(|e| e.column.clone());
@@ -1189,7 +1042,7 @@ impl StatefulOperator for StreamJoinOperator {
         }
         // What was restored is checkpointed: the changelog starts here.
         for st in self.sides.iter_mut() {
-            st.checkpointed_seq = st.next_seq;
+            st.mark_checkpointed();
         }
         Ok(())
     }
