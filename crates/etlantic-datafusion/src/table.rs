@@ -7,6 +7,7 @@
 use crate::error::{self, DfResultExt};
 use arrow::array::{Array, ArrayRef, Int64Array, RecordBatch, RecordBatchOptions};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::catalog::TableProvider;
 use datafusion::common::TableReference;
 use datafusion::datasource::{provider_as_source, MemTable};
 use datafusion::execution::SessionState;
@@ -40,18 +41,39 @@ pub(crate) fn check_names(schema: &Schema, what: &str) -> Result<()> {
 
 /// A scan of `table` named `name`, with the ordinal column [`ORD`] appended (0, 1, ...).
 pub(crate) fn scan(state: &SessionState, name: &str, table: &Table) -> Result<DataFrame> {
-    check_names(&table.schema, &format!("input `{name}`"))?;
-    let mut fields: Vec<Field> = table
-        .schema
-        .fields()
-        .iter()
-        .map(|f| f.as_ref().clone())
-        .collect();
+    let (schema, batches) = with_ordinals(name, table)?;
+    let mem = MemTable::try_new(schema, vec![batches]).df(&format!("input `{name}`"))?;
+    scan_provider(state, name, Arc::new(mem))
+}
+
+/// A scan named `name` of `provider`, whose schema is [`ordinal_schema`] of the input's.
+pub(crate) fn scan_provider(
+    state: &SessionState,
+    name: &str,
+    provider: Arc<dyn TableProvider>,
+) -> Result<DataFrame> {
+    let plan = LogicalPlanBuilder::scan(
+        TableReference::bare(name),
+        provider_as_source(provider),
+        None,
+    )
+    .and_then(|b| b.build())
+    .df(&format!("input `{name}`"))?;
+    Ok(DataFrame::new(state.clone(), plan))
+}
+
+/// `schema` with the ordinal column [`ORD`] appended.
+pub(crate) fn ordinal_schema(schema: &Schema) -> SchemaRef {
+    let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
     fields.push(Field::new(ORD, DataType::Int64, false));
-    let schema = Arc::new(Schema::new_with_metadata(
-        fields,
-        table.schema.metadata().clone(),
-    ));
+    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+}
+
+/// The batches of `table` (named `name` in errors) with the ordinal column [`ORD`]
+/// appended (0, 1, ... across batches), and their schema.
+pub(crate) fn with_ordinals(name: &str, table: &Table) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+    check_names(&table.schema, &format!("input `{name}`"))?;
+    let schema = ordinal_schema(&table.schema);
     let mut offset: i64 = 0;
     let mut batches = Vec::with_capacity(table.batches.len());
     for b in &table.batches {
@@ -74,15 +96,7 @@ pub(crate) fn scan(state: &SessionState, name: &str, table: &Table) -> Result<Da
         .map_err(|e| error::arrow(e, &format!("input `{name}`")))?;
         batches.push(batch);
     }
-    let mem = MemTable::try_new(schema, vec![batches]).df(&format!("input `{name}`"))?;
-    let plan = LogicalPlanBuilder::scan(
-        TableReference::bare(name),
-        provider_as_source(Arc::new(mem)),
-        None,
-    )
-    .and_then(|b| b.build())
-    .df(&format!("input `{name}`"))?;
-    Ok(DataFrame::new(state.clone(), plan))
+    Ok((schema, batches))
 }
 
 /// The Arrow schema of a data frame (qualifiers dropped).

@@ -495,7 +495,11 @@ impl StreamJoinOperator {
                 .map_err(engine)?;
             Some(RecordBatch::try_new(batch.schema(), cols).map_err(engine)?)
         };
-        let kept = filter_record_batch(&batch, &BooleanArray::from(keep)).map_err(engine)?;
+        let kept = if keep.iter().all(|k| *k) {
+            batch
+        } else {
+            filter_record_batch(&batch, &BooleanArray::from(keep)).map_err(engine)?
+        };
         if kept.num_rows() == 0 {
             return Ok((late_batch, late.len() as u64, 0));
         }
@@ -523,6 +527,7 @@ impl StreamJoinOperator {
             lt >= rt - lower && lt <= rt + upper
         };
         // Candidates: (row of this batch, slot of the other side's entry).
+        self.sides[other].prepare_probes(kept.num_rows());
         let mut candidates: Vec<(usize, u32)> = Vec::new();
         for i in 0..kept.num_rows() {
             if null_key[i] {
@@ -1178,6 +1183,7 @@ pub fn join_unit(
         late_policy: llate,
         sources: left.sources.clone(),
         watermarked: watermarked || any_source_watermarked,
+        prepared: Default::default(),
         secondary: Some(SecondaryInput {
             relation: right.relation.to_string(),
             late_policy: rlate,

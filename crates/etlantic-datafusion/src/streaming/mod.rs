@@ -10,7 +10,8 @@
 //! - [`ttl`]: state TTL in processing time (group-bys, dedup, joins without a watermark);
 //! - [`clock`]: the processing-time clock (injectable for tests);
 //! - [`accumulators`]: aggregate state with Spark's result types;
-//! - [`program`] and [`stateless`]: how a plan's steps run per micro-batch;
+//! - [`program`] and [`stateless`]: how a plan's steps run per micro-batch ([`slots`]:
+//!   the inputs of plans planned once and run per micro-batch);
 //! - [`progress`]: `StreamingQueryProgress`-shaped records.
 
 pub mod accumulators;
@@ -22,6 +23,7 @@ pub mod processor;
 pub mod program;
 pub mod progress;
 pub mod query;
+pub mod slots;
 pub mod stateless;
 pub mod static_source;
 pub mod ttl;

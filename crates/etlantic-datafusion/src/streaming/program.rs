@@ -37,6 +37,8 @@ pub struct StatefulUnit {
     pub watermarked: bool,
     /// The second input of a two-input operator (a stream-stream join), else `None`.
     pub secondary: Option<SecondaryInput>,
+    /// The plan computing `prepare`, made on the first micro-batch and reused.
+    pub prepared: crate::streaming::stateless::StepsCache,
 }
 
 /// The second input of a two-input stateful unit (the right side of a stream-stream
@@ -60,6 +62,8 @@ pub enum Unit {
         steps: Vec<ActionNode>,
         /// Results to materialise.
         outputs: Vec<String>,
+        /// Their plans, made on the first micro-batch and reused.
+        prepared: crate::streaming::stateless::StepsCache,
     },
     /// One stateful step.
     Stateful(Box<StatefulUnit>),
@@ -228,6 +232,7 @@ pub fn build_transform(
                     units.push(Unit::Stateless {
                         steps: std::mem::take(&mut run),
                         outputs: vec![],
+                        prepared: Default::default(),
                     });
                 }
                 let Action::Join {
@@ -269,6 +274,7 @@ pub fn build_transform(
             units.push(Unit::Stateless {
                 steps: std::mem::take(&mut run),
                 outputs: vec![],
+                prepared: Default::default(),
             });
         }
         let input = schema_of(&step.target, schemas)?;
@@ -453,12 +459,14 @@ pub fn build_transform(
             sources: fed,
             watermarked,
             secondary: None,
+            prepared: Default::default(),
         })));
     }
     if !run.is_empty() {
         units.push(Unit::Stateless {
             steps: run,
             outputs: vec![],
+            prepared: Default::default(),
         });
     }
     let output = decoded.outputs.get(&output).cloned().ok_or_else(|| {
@@ -484,7 +492,7 @@ pub fn build_transform(
     };
     let needed: Vec<Vec<String>> = (0..units.len()).map(|i| reads_after(i + 1)).collect();
     for (u, later) in units.iter_mut().zip(needed) {
-        if let Unit::Stateless { steps, outputs } = u {
+        if let Unit::Stateless { steps, outputs, .. } = u {
             *outputs = steps
                 .iter()
                 .map(|s| s.id.clone())
@@ -604,6 +612,7 @@ fn prune_join_inputs(
 pub async fn prepare_input(
     table: &Table,
     prepare: &[NamedExpr],
+    plans: &mut crate::streaming::stateless::StepsCache,
 ) -> Result<(Vec<RecordBatch>, Vec<RecordBatch>)> {
     if prepare.is_empty() {
         return Ok((table.batches.clone(), table.batches.clone()));
@@ -620,7 +629,7 @@ pub async fn prepare_input(
             return Ok((vec![], vec![]));
         }
         let single = Table::new(table.schema.clone(), vec![original.clone()]);
-        let projected = crate::streaming::stateless::project(&single, prepare).await?;
+        let projected = crate::streaming::stateless::project(&single, prepare, plans).await?;
         let Some(first) = projected.first() else {
             return Ok((vec![], vec![]));
         };

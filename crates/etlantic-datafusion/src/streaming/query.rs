@@ -1106,8 +1106,13 @@ impl StreamingQuery {
             let mode = output_modes.get(&t.id).copied().unwrap_or_default();
             for unit in t.units.iter_mut() {
                 match unit {
-                    Unit::Stateless { steps, outputs } => {
-                        super::stateless::run_steps(steps, outputs, &mut local, &t.parameters)
+                    Unit::Stateless {
+                        steps,
+                        outputs,
+                        prepared,
+                    } => {
+                        prepared
+                            .run(steps, outputs, &mut local, &t.parameters)
                             .await?;
                     }
                     Unit::Stateful(s) if s.secondary.is_some() => {
@@ -1130,7 +1135,8 @@ impl StreamingQuery {
                                 format!("unknown relation `{}`", s.step.target),
                             )
                         })?;
-                        let (originals, prepared) = prepare_input(&input, &s.prepare).await?;
+                        let (originals, prepared) =
+                            prepare_input(&input, &s.prepare, &mut s.prepared).await?;
                         let ctx = OpContext {
                             has_watermark: s.watermarked,
                             output_mode: mode,
