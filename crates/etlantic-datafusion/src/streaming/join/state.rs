@@ -68,6 +68,19 @@ struct KeyMeta {
     tail: u32,
 }
 
+/// Slots per block of [`SideState::block_min_evict`].
+const EVICT_BLOCK: usize = 1024;
+
+/// The earliest eviction time of the live entries of `slots` (`i64::MAX`: none).
+fn min_evict(slots: &[Slot]) -> i64 {
+    slots
+        .iter()
+        .filter(|s| s.alive)
+        .filter_map(|s| s.entry.evict_time)
+        .min()
+        .unwrap_or(i64::MAX)
+}
+
 /// Below this many probes, a probe scans the hashes of the slots not yet indexed rather
 /// than index them (indexing a slot costs about as much as scanning this many).
 const SCAN_PROBES: usize = 64;
@@ -82,6 +95,11 @@ pub(super) struct SideState {
     slots: Vec<Slot>,
     slot_keys: Vec<u8>,
     dead_slots: usize,
+    /// The slots whose `dirty` flag is set.
+    dirty_slots: Vec<u32>,
+    /// Per block of [`EVICT_BLOCK`] slots, the earliest eviction time of its live
+    /// entries (or earlier: it is recomputed when the block is scanned).
+    block_min_evict: Vec<i64>,
     /// `slots[..indexed]` are in the key index.
     indexed: usize,
     keys: HashTable<u32>,
@@ -163,6 +181,13 @@ impl SideState {
         self.rows += 1;
         let key_start = self.slot_keys.len();
         self.slot_keys.extend_from_slice(key);
+        let block = self.slots.len() / EVICT_BLOCK;
+        if block == self.block_min_evict.len() {
+            self.block_min_evict.push(i64::MAX);
+        }
+        if let Some(t) = e.evict_time {
+            self.block_min_evict[block] = self.block_min_evict[block].min(t);
+        }
         self.slots.push(Slot {
             entry: e,
             hash: self.hasher.hash_one(key),
@@ -218,21 +243,38 @@ impl SideState {
     /// changelog then carries).
     pub fn entry_mut(&mut self, slot: u32) -> &mut Entry {
         let s = &mut self.slots[slot as usize];
-        if s.entry.seq < self.checkpointed_seq {
+        if s.entry.seq < self.checkpointed_seq && !s.dirty {
             s.dirty = true;
+            self.dirty_slots.push(slot);
         }
         &mut s.entry
     }
 
-    /// Removes the live entries `gone` selects; returns them in arrival order.
-    fn remove_where(&mut self, mut gone: impl FnMut(&Entry) -> bool) -> Vec<Entry> {
-        let mut out = Vec::new();
-        for s in self.slots.iter_mut().filter(|s| s.alive) {
+    /// Removes the live entries of `slots[range]` that `gone` selects into `out`.
+    fn remove_in(
+        &mut self,
+        range: std::ops::Range<usize>,
+        gone: &mut impl FnMut(&Entry) -> bool,
+        out: &mut Vec<Entry>,
+    ) {
+        for s in self.slots[range].iter_mut().filter(|s| s.alive) {
             if gone(&s.entry) {
                 s.alive = false;
                 out.push(s.entry);
             }
         }
+    }
+
+    /// Removes the live entries `gone` selects; returns them in arrival order.
+    fn remove_where(&mut self, mut gone: impl FnMut(&Entry) -> bool) -> Vec<Entry> {
+        let mut out = Vec::new();
+        self.remove_in(0..self.slots.len(), &mut gone, &mut out);
+        self.forget(out)
+    }
+
+    /// Accounts for removed entries (the changelog, the chunks) and rebuilds the arena
+    /// when tombstones dominate.
+    fn forget(&mut self, out: Vec<Entry>) -> Vec<Entry> {
         for e in &out {
             if let Some(n) = self.live_per_chunk.get_mut(&e.chunk) {
                 *n -= 1;
@@ -250,8 +292,20 @@ impl SideState {
     }
 
     /// Removes the entries at or below `threshold_us`; returns them in arrival order.
+    /// Only blocks of slots whose earliest eviction time is due are scanned (arrival
+    /// order roughly follows event time, so most blocks are either all due or none).
     pub fn evict(&mut self, threshold_us: i64) -> Vec<Entry> {
-        self.remove_where(|e| e.evict_time.is_some_and(|t| t <= threshold_us))
+        let mut gone = |e: &Entry| e.evict_time.is_some_and(|t| t <= threshold_us);
+        let mut out = Vec::new();
+        for b in 0..self.block_min_evict.len() {
+            if self.block_min_evict[b] > threshold_us {
+                continue;
+            }
+            let range = b * EVICT_BLOCK..((b + 1) * EVICT_BLOCK).min(self.slots.len());
+            self.remove_in(range.clone(), &mut gone, &mut out);
+            self.block_min_evict[b] = min_evict(&self.slots[range]);
+        }
+        self.forget(out)
     }
 
     /// Removes the entries a state TTL expires at `now_ms`; returns how many.
@@ -282,6 +336,10 @@ impl SideState {
         self.indexed = 0;
         self.keys.clear();
         self.key_meta.clear();
+        self.dirty_slots = (0..self.slots.len() as u32)
+            .filter(|at| self.slots[*at as usize].dirty)
+            .collect();
+        self.block_min_evict = self.slots.chunks(EVICT_BLOCK).map(min_evict).collect();
     }
 
     /// Drops chunks nothing refers to.
@@ -329,14 +387,26 @@ impl SideState {
     /// arrival order, and the `seq`s of older entries removed. What is returned counts
     /// as checkpointed.
     pub fn take_changes(&mut self) -> (Vec<Entry>, Vec<u64>) {
-        let from = self.checkpointed_seq;
-        let mut upserts = Vec::new();
-        for s in self.slots.iter_mut().filter(|s| s.alive) {
-            if s.entry.seq >= from || s.dirty {
+        // Changed older entries, then the new ones (slots are in arrival order).
+        let mut dirty = std::mem::take(&mut self.dirty_slots);
+        dirty.sort_unstable();
+        let first_new = self
+            .slots
+            .partition_point(|s| s.entry.seq < self.checkpointed_seq);
+        let mut upserts = Vec::with_capacity(dirty.len() + self.slots.len() - first_new);
+        for at in dirty {
+            let s = &mut self.slots[at as usize];
+            s.dirty = false;
+            if s.alive {
                 upserts.push(s.entry);
-                s.dirty = false;
             }
         }
+        upserts.extend(
+            self.slots[first_new..]
+                .iter()
+                .filter(|s| s.alive)
+                .map(|s| s.entry),
+        );
         self.mark_checkpointed();
         (upserts, std::mem::take(&mut self.removed))
     }
@@ -427,6 +497,27 @@ mod tests {
         assert_eq!(rows_of(&st, &[7]), vec![20_000]);
         assert_eq!(rows_of(&st, &[1]), vec![10_000]);
         assert!(rows_of(&st, &[2]).is_empty());
+    }
+
+    /// Eviction skips blocks whose entries are not due, but finds every due entry,
+    /// however out of order the eviction times are.
+    #[test]
+    fn eviction_finds_every_due_entry_out_of_order() {
+        let mut st = SideState::default();
+        // Times 0..5000 in a scrambled order (7919 is prime, so this is a permutation).
+        let times: Vec<i64> = (0..5_000i64).map(|i| (i * 7_919) % 5_000).collect();
+        for t in &times {
+            st.insert(&[0], entry(*t));
+        }
+        for threshold in [10, 999, 2_500, 4_999] {
+            let gone = st.evict(threshold);
+            assert!(gone.iter().all(|e| e.evict_time.expect("set") <= threshold));
+            assert!(st
+                .entries_by_seq()
+                .iter()
+                .all(|e| e.evict_time.expect("set") > threshold));
+        }
+        assert_eq!(st.rows, 0);
     }
 
     #[test]
