@@ -126,6 +126,26 @@ fn ensure_etlantic_py() -> Result<()> {
     run(Command::new(venv.join("bin/pip")).args(["install", "--quiet", "etlantic==0.59.0"]))
 }
 
+/// The Spark Connect tests start a local Spark Connect server from the `pyspark` package
+/// (the version the conformance corpus was recorded with) in this virtualenv (the path
+/// `etlantic_spark_compat::local::SPARK_VENV` looks in); it is created when missing.
+/// Java 17 runs it.
+fn ensure_pyspark() -> Result<()> {
+    let venv = home().join(".cache/etlantic-spark-venv");
+    let python = venv.join("bin/python");
+    let installed = python.exists()
+        && Command::new(&python)
+            .args(["-c", "import pyspark"])
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+    if installed {
+        return Ok(());
+    }
+    run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+    run(Command::new(venv.join("bin/pip")).args(["install", "--quiet", "pyspark==4.3.0"]))
+}
+
 /// Tests that need PostgreSQL run against the real server on 127.0.0.1:5432.
 fn ensure_postgres() -> Result<()> {
     let up = || {
@@ -164,11 +184,13 @@ fn main() -> Result<()> {
             ensure_protoc()?;
             ensure_postgres()?;
             ensure_etlantic_py()?;
+            ensure_pyspark()?;
         }
         Cmd::Ci => {
             ensure_protoc()?;
             ensure_postgres()?;
             ensure_etlantic_py()?;
+            ensure_pyspark()?;
             run(Command::new(cargo()).current_dir(&root).args([
                 "test",
                 "--workspace",

@@ -275,6 +275,9 @@ catalogue! {
     SINK_WRITE_FAILED = ("ETL709", "sink-write-failed", Execution, Error,
         "A sink failed to write or commit a batch.",
         "The batch is not committed and will be replayed on restart; check the sink's target.");
+    ENGINE_UNREACHABLE = ("ETL710", "engine-unreachable", Execution, Error,
+        "The engine a region runs on (such as a Spark Connect server) cannot be reached or started.",
+        "Check the profile's endpoint (`sc://host:port`) and that the server runs; for a local Spark, run `cargo xtask setup` (it installs pyspark) or set SPARK_HOME.");
 
     // ---- checkpoint ----
     CHECKPOINT_CORRUPT = ("ETL801", "checkpoint-corrupt", Checkpoint, Error,
