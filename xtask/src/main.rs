@@ -146,6 +146,58 @@ fn ensure_pyspark() -> Result<()> {
     run(Command::new(venv.join("bin/pip")).args(["install", "--quiet", "pyspark==4.3.0"]))
 }
 
+/// Builds the workspace's tests, then removes the executables in `target/debug/deps`
+/// that this build did not produce.
+///
+/// Every integration test is its own executable of about 1 GB (it links DataFusion,
+/// Polars, Delta Lake, Iceberg, ...). A change of a crate's dependencies changes the
+/// hash in the file names of all tests above it, so an incremental target directory
+/// would otherwise keep a stale copy of each per such change and fill the disk.
+fn build_tests_and_prune(root: &Path) -> Result<()> {
+    let out = Command::new(cargo())
+        .current_dir(root)
+        .args(["test", "--workspace", "--no-run", "--message-format=json"])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .context("cannot run cargo test --no-run")?;
+    if !out.status.success() {
+        bail!("building the tests failed");
+    }
+    // Cargo's JSON messages name every executable it produced or found fresh.
+    let text = String::from_utf8_lossy(&out.stdout);
+    let current: std::collections::HashSet<PathBuf> = text
+        .split("\"executable\":\"")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next())
+        .map(PathBuf::from)
+        .collect();
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let Ok(entries) = std::fs::read_dir(target.join("debug/deps")) else {
+        return Ok(());
+    };
+    let mut freed = 0u64;
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        // Executables are named `<name>-<16 hex digits>`, without an extension.
+        let is_executable = name.rsplit_once('-').is_some_and(|(_, hash)| {
+            hash.len() == 16 && hash.chars().all(|c| c.is_ascii_hexdigit())
+        });
+        if is_executable && !current.contains(&e.path()) {
+            freed += e.metadata().map(|m| m.len()).unwrap_or(0);
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+    if freed > 0 {
+        eprintln!(
+            "removed stale test executables: {:.1} GB",
+            freed as f64 / 1e9
+        );
+    }
+    Ok(())
+}
+
 /// Tests that need PostgreSQL run against the real server on 127.0.0.1:5432.
 fn ensure_postgres() -> Result<()> {
     let up = || {
@@ -191,6 +243,7 @@ fn main() -> Result<()> {
             ensure_postgres()?;
             ensure_etlantic_py()?;
             ensure_pyspark()?;
+            build_tests_and_prune(&root)?;
             run(Command::new(cargo()).current_dir(&root).args([
                 "test",
                 "--workspace",
