@@ -115,27 +115,14 @@ fn is_root() -> bool {
         .unwrap_or(false)
 }
 
-/// The interop tests load generated documents with ETLantic-py (PyPI `etlantic`, the
-/// version the fixtures were made with) from this virtualenv; it is created when missing.
-fn ensure_etlantic_py() -> Result<()> {
-    let venv = home().join(".cache/etlantic-py-venv");
-    if venv.join("bin/python").exists() {
-        return Ok(());
-    }
-    run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
-    run(Command::new(venv.join("bin/pip")).args(["install", "--quiet", "etlantic==0.59.0"]))
-}
-
-/// The Spark Connect tests start a local Spark Connect server from the `pyspark` package
-/// (the version the conformance corpus was recorded with) in this virtualenv (the path
-/// `etlantic_spark_compat::local::SPARK_VENV` looks in); it is created when missing.
-/// Java 17 runs it.
-fn ensure_pyspark() -> Result<()> {
-    let venv = home().join(".cache/etlantic-spark-venv");
+/// Makes sure the virtualenv `~/<dir>` exists and `module` imports in it; otherwise
+/// creates it and installs `requirement` (a pinned pip requirement).
+fn ensure_venv(dir: &str, module: &str, requirement: &str) -> Result<()> {
+    let venv = home().join(dir);
     let python = venv.join("bin/python");
     let installed = python.exists()
         && Command::new(&python)
-            .args(["-c", "import pyspark"])
+            .args(["-c", &format!("import {module}")])
             .status()
             .map(|s| s.success())
             .unwrap_or(false);
@@ -143,7 +130,20 @@ fn ensure_pyspark() -> Result<()> {
         return Ok(());
     }
     run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
-    run(Command::new(venv.join("bin/pip")).args(["install", "--quiet", "pyspark==4.3.0"]))
+    run(Command::new(venv.join("bin/pip")).args(["install", "--quiet", requirement]))
+}
+
+/// The interop tests load generated documents with ETLantic-py (PyPI `etlantic`, the
+/// version the fixtures were made with) from this virtualenv.
+fn ensure_etlantic_py() -> Result<()> {
+    ensure_venv(".cache/etlantic-py-venv", "etlantic", "etlantic==0.59.0")
+}
+
+/// The Spark Connect tests start a local Spark Connect server from the `pyspark` package
+/// (the version the conformance corpus was recorded with) in this virtualenv (the path
+/// `etlantic_spark_compat::local::SPARK_VENV` looks in). Java 17 runs it.
+fn ensure_pyspark() -> Result<()> {
+    ensure_venv(".cache/etlantic-spark-venv", "pyspark", "pyspark==4.3.0")
 }
 
 /// Builds the workspace's tests, then removes the executables in `target/debug/deps`

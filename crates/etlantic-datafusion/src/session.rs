@@ -8,20 +8,20 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 
 /// A fresh session configured for ETLantic steps.
 pub fn new_context() -> SessionContext {
-    let config = SessionConfig::new()
+    SessionContext::new_with_config(config())
+}
+
+fn config() -> SessionConfig {
+    SessionConfig::new()
         .with_target_partitions(1)
-        .with_information_schema(false);
-    SessionContext::new_with_config(config)
+        .with_information_schema(false)
 }
 
 /// A session for plans that are planned once and run many times (see
 /// [`crate::streaming::stateless::PreparedSteps`]): as [`new_context`], with dynamic
 /// filters off, since they would carry one run's values into the next.
 pub fn new_reusable_context() -> SessionContext {
-    let config = SessionConfig::new()
-        .with_target_partitions(1)
-        .with_information_schema(false)
-        // Turns off the join, top-k and aggregate dynamic filters alike.
-        .set_bool("datafusion.optimizer.enable_dynamic_filter_pushdown", false);
+    // Turns off the join, top-k and aggregate dynamic filters alike.
+    let config = config().set_bool("datafusion.optimizer.enable_dynamic_filter_pushdown", false);
     SessionContext::new_with_config(config)
 }

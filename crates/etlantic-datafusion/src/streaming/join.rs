@@ -984,43 +984,10 @@ impl StatefulOperator for StreamJoinOperator {
             if batch.num_rows() == 0 {
                 continue;
             }
-            // The state is kept in arrival order (snapshots and merged changes are).
-            let (batch, side_seqs, side_matched, side_updated) =
-                if side_seqs.values().windows(2).all(|w| w[0] < w[1]) {
-                    (batch, side_seqs, side_matched, side_updated)
-                } else {
-                    let order =
-                        arrow::compute::sort_to_indices(&side_seqs, None, None).map_err(engine)?;
-                    let take = |a: &dyn Array| arrow::compute::take(a, &order, None);
-                    let cols = batch
-                        .columns()
-                        .iter()
-                        .map(|c| take(c.as_ref()))
-                        .collect::<std::result::Result<Vec<_>, _>>()
-                        .map_err(engine)?;
-                    let seqs = take(&side_seqs).map_err(engine)?;
-                    let matched = take(&side_matched).map_err(engine)?;
-                    let updated = take(&side_updated).map_err(engine)?;
-                    (
-                        RecordBatch::try_new(batch.schema(), cols).map_err(engine)?,
-                        seqs.as_any()
-                            .downcast_ref::<UInt64Array>()
-                            .expect("u64")
-                            .clone(),
-                        matched
-                            .as_any()
-                            .downcast_ref::<BooleanArray>()
-                            .expect("bool")
-                            .clone(),
-                        updated
-                            .as_any()
-                            .downcast_ref::<Int64Array>()
-                            .expect("i64")
-                            .clone(),
-                    )
-                };
-            if side_seqs.values().windows(2).any(|w| w[0] == w[1]) {
-                return Err(bad("two rows of one side have the same `__seq`"));
+            // Snapshots and merged changes are written in arrival order, which the
+            // state keeps.
+            if side_seqs.values().windows(2).any(|w| w[0] >= w[1]) {
+                return Err(bad("the rows of a side are not in `__seq` order"));
             }
             let (rows, _) = self.key_rows(side, &batch)?;
             let range = Self::times(&batch, self.range_column(side))?;
