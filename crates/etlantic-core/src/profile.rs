@@ -73,6 +73,11 @@ pub struct Profile {
     /// Per-step engine overrides: transformation id → backend name.
     #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
     pub engines: IndexMap<String, String>,
+    /// Endpoints of backends that run in another system, by backend name (e.g.
+    /// `spark: sc://spark-host:15002`). A step placed on such a backend that reads and
+    /// feeds nothing in a system of that kind runs at this endpoint.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub endpoints: IndexMap<String, String>,
     /// Streaming state time-to-live: transformation id (every stateful operator of it) or
     /// operator id (`<transformation>.<step>`) → how long a state row is kept without an
     /// update, in processing time. Meant for state no watermark bounds (group-bys, dedup
@@ -129,6 +134,7 @@ impl Profile {
             no_data_batches: true,
             require_guarantee: None,
             engines: IndexMap::new(),
+            endpoints: IndexMap::new(),
             state_ttl: IndexMap::new(),
             quality_policies: IndexMap::new(),
             secrets: IndexMap::new(),

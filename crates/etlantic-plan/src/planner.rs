@@ -1249,6 +1249,10 @@ impl<'a> Planner<'a> {
                     self.location_of.insert(id.clone(), db);
                 }
                 None if backend.name() == "sqlite" => {}
+                None if self.p.profile.endpoints.contains_key(backend.name()) => {
+                    let endpoint = self.p.profile.endpoints[backend.name()].clone();
+                    self.location_of.insert(id.clone(), endpoint);
+                }
                 None => self.push(
                     Diagnostic::new(
                         &codes::REGION_LOCATION,
@@ -1258,7 +1262,13 @@ impl<'a> Planner<'a> {
                             schemes.join(", ")
                         ),
                     )
-                    .at(format!("engines.{id}")),
+                    .at(format!("engines.{id}"))
+                    .help(format!(
+                        "Name where `{}` runs under `endpoints:` in the profile (e.g. `{}: {}://host:port`).",
+                        backend.name(),
+                        backend.name(),
+                        schemes[0]
+                    )),
                 ),
             }
         }

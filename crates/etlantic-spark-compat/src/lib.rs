@@ -2,8 +2,18 @@
 //!
 //! Running ETLantic plans on Apache Spark through its Spark Connect protocol.
 //!
+//! - [`backend`]: [`SparkBackend`], batch regions compiled into Spark Connect plans
+//!   ([`compile`], [`expr`]) and run on a Spark Connect endpoint; what it declares is in
+//!   [`capabilities`].
 //! - [`local`]: a local Spark Connect server from the `pyspark` package (tests, trying a
 //!   pipeline on Spark without a cluster).
 #![warn(missing_docs)]
 
+pub mod backend;
+pub mod capabilities;
+pub mod compile;
+pub mod convert;
+pub mod expr;
 pub mod local;
+
+pub use backend::SparkBackend;

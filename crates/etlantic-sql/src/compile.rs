@@ -154,7 +154,7 @@ impl QueryBuilder {
         inputs: &IndexMap<String, String>,
         output: &str,
     ) -> Result<Rel> {
-        let mut local: IndexMap<String, Rel> = IndexMap::new();
+        let mut bound = Vec::with_capacity(plan.inputs.len());
         for input in &plan.inputs {
             let relation = inputs.get(&input.id).ok_or_else(|| {
                 Error::new(
@@ -162,35 +162,14 @@ impl QueryBuilder {
                     format!("plan input `{}` is not connected", input.id),
                 )
             })?;
-            local.insert(input.id.clone(), self.relation(relation)?.clone());
+            bound.push((input.id.clone(), self.relation(relation)?.clone()));
         }
-        for step in &plan.steps {
-            let target = local.get(&step.target).cloned().ok_or_else(|| {
-                Error::new(
-                    &codes::UNKNOWN_NODE,
-                    format!("action `{}` reads unknown `{}`", step.id, step.target),
-                )
-            })?;
-            let mut op = step.op.clone();
-            bind_action(&mut op, parameters)?;
-            let rel = self.action(&op, target, &local)?;
-            local.insert(step.id.clone(), rel);
-        }
-        let relation = plan.outputs.get(output).ok_or_else(|| {
-            Error::new(
-                &codes::TRANSFORM_PLAN_INVALID,
-                format!("the plan has no output `{output}`"),
-            )
-        })?;
-        local.get(relation).cloned().ok_or_else(|| {
-            Error::new(
-                &codes::UNKNOWN_NODE,
-                format!("output `{output}` publishes unknown `{relation}`"),
-            )
+        plan.evaluate(parameters, bound, output, |_, op, target, secondary| {
+            self.action(op, target, secondary)
         })
     }
 
-    fn action(&mut self, op: &Action, r: Rel, local: &IndexMap<String, Rel>) -> Result<Rel> {
+    fn action(&mut self, op: &Action, r: Rel, secondary: Option<Rel>) -> Result<Rel> {
         let ord = quote(ORD);
         let d = self.dialect;
         match op {
@@ -269,7 +248,7 @@ impl QueryBuilder {
                 null_safe,
                 time_range,
             } => {
-                let rr = local.get(right).cloned().ok_or_else(|| {
+                let rr = secondary.ok_or_else(|| {
                     Error::new(
                         &codes::UNKNOWN_NODE,
                         format!("join reads unknown `{right}`"),
@@ -294,7 +273,7 @@ impl QueryBuilder {
                 allow_missing,
                 distinct,
             } => {
-                let o = local.get(other).cloned().ok_or_else(|| {
+                let o = secondary.ok_or_else(|| {
                     Error::new(
                         &codes::UNKNOWN_NODE,
                         format!("union reads unknown `{other}`"),
@@ -726,49 +705,6 @@ struct JoinSpec<'a> {
     predicate: Option<&'a Expr>,
     null_safe: bool,
     time_range: Option<&'a etlantic_core::ir::JoinTimeRange>,
-}
-
-fn bind_action(op: &mut Action, parameters: &IndexMap<String, Value>) -> Result<()> {
-    let bind = |e: &mut Expr| -> Result<()> {
-        *e = e
-            .bind_parameters(parameters)
-            .map_err(|m| Error::new(&codes::UNKNOWN_PARAMETER, m))?;
-        Ok(())
-    };
-    match op {
-        Action::Filter { predicate } => bind(predicate)?,
-        Action::Project { fields }
-        | Action::WithFields {
-            assignments: fields,
-        } => {
-            for f in fields {
-                bind(&mut f.expr)?;
-            }
-        }
-        Action::Join {
-            predicate: Some(p), ..
-        } => bind(p)?,
-        Action::Aggregate {
-            group_by,
-            aggregates,
-        } => {
-            for g in group_by {
-                bind(&mut g.expr)?;
-            }
-            for a in aggregates {
-                if let Some(e) = &mut a.arg {
-                    bind(e)?;
-                }
-            }
-        }
-        Action::Sort { keys } => {
-            for k in keys {
-                bind(&mut k.expr)?;
-            }
-        }
-        _ => {}
-    }
-    Ok(())
 }
 
 /// The common type of two sides (numbers widen; null takes the other side's type).

@@ -28,9 +28,73 @@ use etlantic_datafusion::streaming::{StreamingOptions, StreamingQuery};
 use etlantic_plan::Project;
 use etlantic_sources::nexmark::NexmarkSource;
 use etlantic_testkit::nexmark::{profile, realtime_profile, Query, QUERIES};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// mimalloc, the allocator of the `etlantic` binary (its `mimalloc` feature), unless
+/// `ETLANTIC_BENCH_ALLOCATOR=system` names glibc's: the same binary measures both.
+#[global_allocator]
+static GLOBAL: BenchAllocator = BenchAllocator(AtomicU8::new(UNDECIDED));
+
+const UNDECIDED: u8 = 0;
+const SYSTEM: u8 = 1;
+const MIMALLOC: u8 = 2;
+
+/// Chooses once, at the first allocation (before anything could be freed), by reading
+/// the environment with `getenv`, which does not allocate.
+struct BenchAllocator(AtomicU8);
+
+impl BenchAllocator {
+    fn choice(&self) -> u8 {
+        match self.0.load(Ordering::Relaxed) {
+            UNDECIDED => {
+                // SAFETY: a NUL-terminated name; getenv returns null or a C string.
+                let value = unsafe { libc::getenv(c"ETLANTIC_BENCH_ALLOCATOR".as_ptr()) };
+                let system = !value.is_null()
+                    // SAFETY: non-null, from getenv.
+                    && unsafe { std::ffi::CStr::from_ptr(value) }.to_bytes() == b"system";
+                let choice = if system { SYSTEM } else { MIMALLOC };
+                self.0.store(choice, Ordering::Relaxed);
+                choice
+            }
+            chosen => chosen,
+        }
+    }
+}
+
+// SAFETY: every call forwards to one allocator, the same for the whole process (the choice
+// is made before the first allocation and never changes).
+unsafe impl std::alloc::GlobalAlloc for BenchAllocator {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        if self.choice() == SYSTEM {
+            unsafe { std::alloc::System.alloc(layout) }
+        } else {
+            unsafe { mimalloc::MiMalloc.alloc(layout) }
+        }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        if self.choice() == SYSTEM {
+            unsafe { std::alloc::System.dealloc(ptr, layout) }
+        } else {
+            unsafe { mimalloc::MiMalloc.dealloc(ptr, layout) }
+        }
+    }
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        if self.choice() == SYSTEM {
+            unsafe { std::alloc::System.alloc_zeroed(layout) }
+        } else {
+            unsafe { mimalloc::MiMalloc.alloc_zeroed(layout) }
+        }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        if self.choice() == SYSTEM {
+            unsafe { std::alloc::System.realloc(ptr, layout, new_size) }
+        } else {
+            unsafe { mimalloc::MiMalloc.realloc(ptr, layout, new_size) }
+        }
+    }
+}
 
 /// CPU seconds (user + system) of this process so far.
 fn cpu_seconds() -> f64 {
@@ -281,8 +345,13 @@ fn main() {
         .enable_all()
         .build()
         .expect("a runtime");
+    let allocator = if GLOBAL.choice() == SYSTEM {
+        "glibc malloc"
+    } else {
+        "mimalloc"
+    };
     let mut table = format!(
-        "Nexmark, {events} generator events, {per_batch} per micro-batch; events per CPU-second of the process (≈ per core), one run.\n\n| query | output rows | stream events/s/core | batch events/s/core | stream/batch | stream wall s |\n|---|---|---|---|---|---|\n"
+        "Nexmark, {events} generator events, {per_batch} per micro-batch, allocator {allocator}; events per CPU-second of the process (≈ per core), one run.\n\n| query | output rows | stream events/s/core | batch events/s/core | stream/batch | stream wall s |\n|---|---|---|---|---|---|\n"
     );
     // `--query q3`: one query only (profiling).
     let only = arg(&args, "--query");

@@ -1,5 +1,7 @@
 //! The backend-equivalence corpus on every backend of the workspace, PostgreSQL
-//! included (the server on 127.0.0.1:5432; `ETLANTIC_TEST_POSTGRES` overrides the URL).
+//! included (the server on 127.0.0.1:5432; `ETLANTIC_TEST_POSTGRES` overrides the URL)
+//! and Spark (a local Spark Connect server started from the `pyspark` package;
+//! `ETLANTIC_TEST_SPARK=sc://host:port` names another).
 //! Prints the support matrix; fails on any case a backend claims and gets wrong.
 
 use etlantic_testkit::equivalence::{corpus_dir, standard_backends, Case, Matrix, Outcome};
@@ -13,7 +15,16 @@ fn postgres_url() -> String {
 async fn every_case_is_equal_on_every_backend_that_claims_it() {
     let cases = Case::load_dir(&corpus_dir()).expect("corpus loads");
     assert!(cases.len() >= 40, "the corpus has {} cases", cases.len());
-    let backends = standard_backends(Some(&postgres_url())).expect("backends");
+    let server = match std::env::var("ETLANTIC_TEST_SPARK") {
+        Ok(_) => None,
+        Err(_) => Some(
+            etlantic_spark_compat::local::LocalSparkConnect::start()
+                .expect("a local Spark Connect server (`cargo xtask setup` installs pyspark)"),
+        ),
+    };
+    let spark_url = std::env::var("ETLANTIC_TEST_SPARK")
+        .unwrap_or_else(|_| server.as_ref().expect("started").url());
+    let backends = standard_backends(Some(&postgres_url()), Some(&spark_url)).expect("backends");
     let matrix = Matrix::run(&cases, &backends).await;
     println!("{}", matrix.render());
     // `cargo xtask equivalence` keeps the published matrix (docs/equivalence-matrix.md).

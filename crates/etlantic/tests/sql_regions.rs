@@ -319,6 +319,56 @@ async fn a_polars_region_between_two_datafusion_regions_gives_the_same_output() 
     assert_eq!(p.read("out/revenue.csv"), EXPECTED);
 }
 
+/// The same transformation on real Spark (a local Spark Connect server): the profile
+/// places it with `engines:` and names the endpoint with `endpoints:`.
+#[tokio::test]
+async fn a_spark_region_between_two_datafusion_regions_gives_the_same_output() {
+    let server = etlantic_spark_compat::local::LocalSparkConnect::start()
+        .expect("a local Spark Connect server (`cargo xtask setup` installs pyspark)");
+    let p = Project::new(
+        "sqlite://data/shop.db?table=orders",
+        "file://out/revenue.csv",
+        &[("per_customer", "spark")],
+    );
+    let profile = p.read("profiles/local.yaml");
+    p.write(
+        "profiles/local.yaml",
+        &format!("{profile}endpoints:\n  spark: {}\n", server.url()),
+    );
+    p.sqlite_orders().await;
+    let spark_region = format!(
+        "r1 (Batch on spark in {}): reads [paid], hands on [per_customer]",
+        server.url()
+    );
+    assert_lines(
+        &p.explain(),
+        &[
+            "r0 (Batch on datafusion): reads [orders], hands on [paid]",
+            &spark_region,
+            "r2 (Batch on datafusion): reads [per_customer], hands on [report]",
+        ],
+    );
+    p.run_ok();
+    assert_eq!(p.read("out/revenue.csv"), EXPECTED);
+}
+
+/// A step on Spark with no endpoint in the profile is refused when planning, with a
+/// hint naming `endpoints:`.
+#[test]
+fn a_spark_region_without_an_endpoint_is_refused() {
+    let p = Project::new(
+        "file://data/orders.jsonl",
+        "file://out/revenue.csv",
+        &[("per_customer", "spark")],
+    );
+    p.write("data/orders.jsonl", "");
+    let o = p.etlantic(&["plan", "pipeline.yaml", "--format", "json"]);
+    assert_eq!(o.status.code(), Some(3), "{}", describe(&o));
+    let text = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
+    assert!(text.contains("ETL506"), "{text}");
+    assert!(text.contains("endpoints:"), "{text}");
+}
+
 #[test]
 fn a_postgres_region_without_a_postgres_asset_has_no_database() {
     let p = Project::new(

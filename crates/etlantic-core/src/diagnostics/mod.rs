@@ -285,6 +285,12 @@ impl Error {
         self.0.iter().find(|d| d.is_error()).map(|d| d.phase)
     }
 
+    /// The same error with a hint on how to fix it (on every diagnostic it carries).
+    pub fn with_help(self, help: impl Into<String>) -> Self {
+        let help = help.into();
+        self.map_diagnostics(|d| d.help(help.clone()))
+    }
+
     /// Applies `f` to every diagnostic (e.g. to prefix paths).
     pub fn map_diagnostics(mut self, f: impl Fn(Diagnostic) -> Diagnostic) -> Self {
         self.0 .0 = self.0 .0.into_iter().map(f).collect();

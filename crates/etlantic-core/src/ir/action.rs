@@ -343,6 +343,61 @@ pub struct ActionNode {
 }
 
 impl Action {
+    /// The action with every parameter reference (`Expr::Parameter`) replaced by its value
+    /// from `params`; `ETL209` names the first parameter that has no value.
+    pub fn bind_parameters(&self, params: &IndexMap<String, Value>) -> crate::Result<Action> {
+        let mut action = self.clone();
+        let bind = |e: &mut Expr| -> crate::Result<()> {
+            *e = e.bind_parameters(params).map_err(|m| {
+                crate::diagnostics::Diagnostic::new(
+                    &crate::diagnostics::codes::UNKNOWN_PARAMETER,
+                    m,
+                )
+                .help("Give the value under `parameters:` of the transformation.")
+            })?;
+            Ok(())
+        };
+        match &mut action {
+            Action::Filter { predicate } => bind(predicate)?,
+            Action::Project { fields }
+            | Action::WithFields {
+                assignments: fields,
+            } => {
+                for f in fields {
+                    bind(&mut f.expr)?;
+                }
+            }
+            Action::Join {
+                predicate: Some(p), ..
+            } => bind(p)?,
+            Action::Aggregate {
+                group_by,
+                aggregates,
+            }
+            | Action::WindowAggregate {
+                group_by,
+                aggregates,
+                ..
+            } => {
+                for g in group_by {
+                    bind(&mut g.expr)?;
+                }
+                for a in aggregates {
+                    if let Some(e) = &mut a.arg {
+                        bind(e)?;
+                    }
+                }
+            }
+            Action::Sort { keys } => {
+                for k in keys {
+                    bind(&mut k.expr)?;
+                }
+            }
+            _ => {}
+        }
+        Ok(action)
+    }
+
     /// The registry id.
     pub fn id(&self) -> &'static str {
         match self {
@@ -1111,6 +1166,33 @@ mod tests {
 
     fn obj(v: Value) -> Map<String, Value> {
         v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn binds_parameters_and_reports_missing_values() {
+        let a = Action::Filter {
+            predicate: Expr::Binary(
+                super::super::expr::BinaryOp::GtEq,
+                Box::new(Expr::col("amount")),
+                Box::new(Expr::Parameter("min".into())),
+            ),
+        };
+        let mut p = IndexMap::new();
+        p.insert("min".to_string(), json!(20));
+        match a.bind_parameters(&p).unwrap() {
+            Action::Filter { predicate } => assert_eq!(
+                predicate,
+                Expr::Binary(
+                    super::super::expr::BinaryOp::GtEq,
+                    Box::new(Expr::col("amount")),
+                    Box::new(Expr::Literal(super::super::expr::Literal::Integer(20)))
+                )
+            ),
+            _ => panic!("not a filter"),
+        }
+        let e = a.bind_parameters(&IndexMap::new()).unwrap_err();
+        assert_eq!(e.code(), "ETL209");
+        assert!(e.to_string().contains("`min`"));
     }
 
     #[test]

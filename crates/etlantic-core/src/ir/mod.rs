@@ -74,6 +74,65 @@ pub struct DecodedPlan {
 }
 
 impl DecodedPlan {
+    /// The relation the output port `output` publishes (`ETL208` when there is no such
+    /// port).
+    pub fn published(&self, output: &str) -> Result<&str> {
+        self.outputs.get(output).map(String::as_str).ok_or_else(|| {
+            Error::new(
+                &codes::UNKNOWN_PORT,
+                format!(
+                    "the plan has no output `{output}` (outputs: {})",
+                    self.outputs.keys().cloned().collect::<Vec<_>>().join(", ")
+                ),
+            )
+        })
+    }
+
+    /// Runs the plan's actions in order over `inputs` (a relation per plan input id) and
+    /// returns the relation the output port `output` publishes. Every engine compiles a
+    /// plan this way; `apply` computes one action, its parameters already bound, from
+    /// the relation it targets and its secondary input (a join's right side, a union's
+    /// other side). Errors without a path get `steps[<action id>]`; a relation that is
+    /// neither an input nor an earlier action is `ETL201`.
+    pub fn evaluate<R: Clone>(
+        &self,
+        parameters: &IndexMap<String, Value>,
+        inputs: impl IntoIterator<Item = (String, R)>,
+        output: &str,
+        mut apply: impl FnMut(&ActionNode, &Action, R, Option<R>) -> Result<R>,
+    ) -> Result<R> {
+        let published = self.published(output)?;
+        let mut relations: HashMap<String, R> = inputs.into_iter().collect();
+        for step in &self.steps {
+            let path = format!("steps[{}]", step.id);
+            let with_path =
+                |e: Error| e.map_diagnostics(|d| if d.path.is_empty() { d.at(&path) } else { d });
+            let action = step.op.bind_parameters(parameters).map_err(with_path)?;
+            let lookup = |name: &str| {
+                relations.get(name).cloned().ok_or_else(|| {
+                    with_path(Error::new(
+                        &codes::UNKNOWN_NODE,
+                        format!("step `{}` reads unknown relation `{name}`", step.id),
+                    ))
+                })
+            };
+            let target = lookup(&step.target)?;
+            let secondary = action
+                .secondary_inputs()
+                .first()
+                .map(|s| lookup(s))
+                .transpose()?;
+            let result = apply(step, &action, target, secondary).map_err(with_path)?;
+            relations.insert(step.id.clone(), result);
+        }
+        relations.remove(published).ok_or_else(|| {
+            Error::new(
+                &codes::UNKNOWN_NODE,
+                format!("output `{output}` publishes unknown relation `{published}`"),
+            )
+        })
+    }
+
     /// Ids of all registry entries used (actions and functions), sorted.
     pub fn registry_ids(&self) -> (Vec<String>, Vec<String>) {
         let mut actions: Vec<String> = self.steps.iter().map(|s| s.action.clone()).collect();

@@ -7,12 +7,9 @@
 //! type errors are reported at the step that causes them.
 
 pub(crate) mod order;
-mod params;
 
 use crate::actions;
-use crate::error;
 use crate::relation::Relation;
-use etlantic_core::diagnostics::codes;
 use etlantic_core::ir::DecodedPlan;
 use etlantic_core::Result;
 use indexmap::IndexMap;
@@ -28,47 +25,17 @@ pub(crate) fn compile_plan(
     inputs: HashMap<String, Relation>,
     output: &str,
 ) -> Result<Relation> {
-    let published = plan.outputs.get(output).ok_or_else(|| {
-        error::err(
-            &codes::UNKNOWN_PORT,
-            format!(
-                "the plan has no output `{output}` (outputs: {})",
-                plan.outputs.keys().cloned().collect::<Vec<_>>().join(", ")
-            ),
-        )
-    })?;
-    let demand = order::demands(plan, &[published.as_str()]);
-    let mut relations = inputs;
-    for step in &plan.steps {
-        let path = format!("steps[{}]", step.id);
-        let with_path = |e| error::at(e, &path);
-        let d = demand.get(&step.id).copied().unwrap_or(Demand::None);
-        let action = params::bind_action(&step.op, parameters).map_err(with_path)?;
-        let lookup = |name: &str| {
-            relations.get(name).cloned().ok_or_else(|| {
-                with_path(error::err(
-                    &codes::UNKNOWN_NODE,
-                    format!("step `{}` reads unknown relation `{name}`", step.id),
-                ))
-            })
-        };
-        let target = lookup(&step.target)?;
-        let secondary = action
-            .secondary_inputs()
-            .first()
-            .map(|s| lookup(s))
-            .transpose()?;
-        let result = actions::apply(&action, target, secondary, d)
-            .and_then(Relation::analyzed)
-            .map_err(with_path)?;
-        relations.insert(step.id.clone(), result);
-    }
-    relations.remove(published).ok_or_else(|| {
-        error::err(
-            &codes::UNKNOWN_NODE,
-            format!("output `{output}` publishes unknown relation `{published}`"),
-        )
-    })
+    let published = plan.published(output)?;
+    let demand = order::demands(plan, &[published]);
+    plan.evaluate(
+        parameters,
+        inputs,
+        output,
+        |step, action, target, secondary| {
+            let d = demand.get(&step.id).copied().unwrap_or(Demand::None);
+            actions::apply(action, target, secondary, d).and_then(Relation::analyzed)
+        },
+    )
 }
 
 #[cfg(test)]

@@ -25,9 +25,11 @@ pub fn corpus_dir() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("equivalence")
 }
 
-/// The backends of the workspace; PostgreSQL runs against `postgres_url` when given.
+/// The backends of the workspace; PostgreSQL runs against `postgres_url` and Spark
+/// against the Spark Connect endpoint `spark_url` when given.
 pub fn standard_backends(
     postgres_url: Option<&str>,
+    spark_url: Option<&str>,
 ) -> etlantic_core::Result<Vec<BackendUnderTest>> {
     let mut v = vec![
         BackendUnderTest::batch(
@@ -50,6 +52,13 @@ pub fn standard_backends(
         v.push(BackendUnderTest::batch(
             "postgres",
             Arc::new(etlantic_sql::SqlBackend::postgres(url)?),
+            0.0,
+        ));
+    }
+    if let Some(url) = spark_url {
+        v.push(BackendUnderTest::batch(
+            "spark",
+            Arc::new(etlantic_spark_compat::SparkBackend::new(url)),
             0.0,
         ));
     }

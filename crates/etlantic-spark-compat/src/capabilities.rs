@@ -1,0 +1,138 @@
+//! What the Spark backend runs. The planner places a step here only when every action
+//! and function it uses is listed; the unit tests compile every listed function, so the
+//! backend never claims what its compiler refuses.
+//!
+//! Not declared (so the planner keeps them on the embedded engine, or refuses):
+//! `cast`/`try_cast` and the `to_*` conversions (Spark's ANSI casts and DTCS's differ on
+//! malformed text), date and time functions, `power`/`sqrt`,
+//! `explode`, window aggregations and every other stateful streaming step (they need a
+//! streaming region on Spark, which this backend does not run yet), ETLantic's
+//! quarantine and side-output late policies (Spark drops late rows silently).
+
+use etlantic_core::plugin::{BackendCapabilities, RegionKind};
+
+/// Actions (aliases the IR decodes included).
+pub const ACTIONS: &[&str] = &[
+    "dtcs:filter",
+    "dtcs:select",
+    "dtcs:project",
+    "dtcs:with_fields",
+    "dtcs:drop_fields",
+    "dtcs:rename_fields",
+    "dtcs:join",
+    "dtcs:union",
+    "dtcs:aggregate",
+    "dtcs:group",
+    "dtcs:sort",
+    "dtcs:limit",
+    "dtcs:distinct",
+    "dtcs:deduplicate",
+];
+
+/// Scalar functions.
+pub const FUNCTIONS: &[&str] = &[
+    "dtcs:lower",
+    "dtcs:upper",
+    "dtcs:concat",
+    "dtcs:concat_ws",
+    "dtcs:substr",
+    "dtcs:replace",
+    "dtcs:length",
+    "dtcs:contains",
+    "dtcs:starts_with",
+    "dtcs:ends_with",
+    "dtcs:trim",
+    "dtcs:ltrim",
+    "dtcs:rtrim",
+    "dtcs:coalesce",
+    "dtcs:if_null",
+    "dtcs:null_if",
+    "dtcs:case_when",
+    "dtcs:is_null",
+    "dtcs:abs",
+    "dtcs:round",
+    "dtcs:least",
+    "dtcs:greatest",
+    "dtcs:in",
+    "dtcs:between",
+];
+
+/// Aggregate functions.
+pub const AGGREGATES: &[&str] = &[
+    "dtcs:count_all",
+    "dtcs:count",
+    "dtcs:count_distinct",
+    "dtcs:sum",
+    "dtcs:average",
+    "dtcs:min",
+    "dtcs:max",
+    "dtcs:first",
+    "dtcs:last",
+];
+
+/// The backend's capabilities.
+pub fn capabilities() -> BackendCapabilities {
+    BackendCapabilities {
+        region_kinds: vec![RegionKind::Batch],
+        dtcs_profiles: vec![],
+        actions: ACTIONS.iter().map(|s| s.to_string()).collect(),
+        functions: FUNCTIONS
+            .iter()
+            .chain(AGGREGATES)
+            .map(|s| s.to_string())
+            .collect(),
+        sql_engines: vec![],
+        continuous: false,
+        // Regions run at a Spark Connect endpoint (`endpoints: {spark: sc://...}`).
+        location_schemes: vec!["sc".into()],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::expr::{compile, Scope};
+    use arrow::datatypes::DataType;
+    use etlantic_core::ir::Expr;
+
+    /// Every declared scalar function compiles for arguments of the types it takes.
+    #[test]
+    fn every_declared_function_compiles() {
+        let scope = Scope::plain([
+            ("s", &DataType::Utf8),
+            ("n", &DataType::Int64),
+            ("b", &DataType::Boolean),
+        ]);
+        let call = |f: &str, args: &[&str]| Expr::Call {
+            function: f.to_string(),
+            args: args.iter().map(|a| Expr::col(*a)).collect(),
+        };
+        for f in FUNCTIONS {
+            let args: &[&str] = match *f {
+                "dtcs:lower" | "dtcs:upper" | "dtcs:length" | "dtcs:trim" | "dtcs:ltrim"
+                | "dtcs:rtrim" => &["s"],
+                "dtcs:concat" | "dtcs:concat_ws" | "dtcs:contains" | "dtcs:starts_with"
+                | "dtcs:ends_with" => &["s", "s"],
+                "dtcs:replace" => &["s", "s", "s"],
+                "dtcs:substr" => &["s", "n", "n"],
+                "dtcs:case_when" => &["b", "n", "n"],
+                "dtcs:is_null" | "dtcs:abs" | "dtcs:round" => &["n"],
+                "dtcs:between" => &["n", "n", "n"],
+                "dtcs:in" => {
+                    let list = Expr::Call {
+                        function: "dtcs:list".into(),
+                        args: vec![Expr::col("n"), Expr::col("n")],
+                    };
+                    let e = Expr::Call {
+                        function: f.to_string(),
+                        args: vec![Expr::col("n"), list],
+                    };
+                    compile(&e, &scope).unwrap_or_else(|e| panic!("{f}: {e:?}"));
+                    continue;
+                }
+                _ => &["n", "n"],
+            };
+            compile(&call(f, args), &scope).unwrap_or_else(|e| panic!("{f}: {e:?}"));
+        }
+    }
+}
