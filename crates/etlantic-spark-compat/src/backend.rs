@@ -66,14 +66,20 @@ impl Endpoint {
         if let Some(s) = guard.as_ref() {
             return Ok(s.clone());
         }
-        reachable(&self.url)?;
-        let s = SparkSession::builder()
-            .remote(&self.url)
-            .get_or_create()
-            .map_err(|e| unreachable_endpoint(&self.url, e))?;
+        let s = connect(&self.url)?;
         *guard = Some(s.clone());
         Ok(s)
     }
+}
+
+/// A session at the Spark Connect endpoint `url` (blocking), `ETL710` when nothing
+/// accepts connections there.
+pub(crate) fn connect(url: &str) -> Result<SparkSession> {
+    reachable(url)?;
+    SparkSession::builder()
+        .remote(url)
+        .get_or_create()
+        .map_err(|e| unreachable_endpoint(url, e))
 }
 
 /// Fails fast (`ETL710`) when nothing accepts connections at the endpoint: the client

@@ -131,6 +131,200 @@ pub fn plan(
     })
 }
 
+/// Like [`plan`], for a streaming query: the actions Spark runs incrementally
+/// (`dropDuplicates`, `dropDuplicatesWithinWatermark`, `window`/`session_window`
+/// aggregations, time-range joins) replace their batch forms; order-dependent actions
+/// are refused. The ordinal is a constant there (streams have no order to keep).
+pub fn streaming_plan(
+    plan: &DecodedPlan,
+    parameters: &IndexMap<String, Value>,
+    inputs: &IndexMap<String, Rel>,
+    output: &str,
+) -> Result<Rel> {
+    let mut bound = Vec::with_capacity(plan.inputs.len());
+    for input in &plan.inputs {
+        let rel = inputs.get(&input.id).ok_or_else(|| {
+            Error::new(
+                &codes::UNKNOWN_NODE,
+                format!("plan input `{}` is not connected", input.id),
+            )
+        })?;
+        bound.push((input.id.clone(), rel.clone()));
+    }
+    plan.evaluate(parameters, bound, output, |_, op, target, secondary| {
+        streaming_action(op, target, secondary)
+    })
+}
+
+fn user_columns(r: &Rel) -> Vec<&str> {
+    r.columns.iter().map(|(n, _)| n.as_str()).collect()
+}
+
+fn spark_interval(d: etlantic_core::streaming::Duration) -> String {
+    format!("{} milliseconds", d.as_millis())
+}
+
+fn streaming_action(op: &Action, r: Rel, secondary: Option<Rel>) -> Result<Rel> {
+    match op {
+        Action::Deduplicate { keys, keep_last } => {
+            if *keep_last {
+                return Err(unsupported("`retain: last` deduplication of a stream"));
+            }
+            for k in keys {
+                r.require(k, "deduplicate key")?;
+            }
+            let keys: Vec<&str> = if keys.is_empty() {
+                user_columns(&r)
+            } else {
+                keys.iter().map(String::as_str).collect()
+            };
+            Ok(Rel {
+                df: r.df.drop_duplicates(Some(keys)),
+                columns: r.columns.clone(),
+            })
+        }
+        Action::Distinct { fields } => {
+            let keys: Vec<&str> = match fields {
+                Some(f) => f.iter().map(String::as_str).collect(),
+                None => user_columns(&r),
+            };
+            Ok(Rel {
+                df: r.df.drop_duplicates(Some(keys)),
+                columns: r.columns.clone(),
+            })
+        }
+        Action::DeduplicateWithinWatermark { keys } => {
+            for k in keys {
+                r.require(k, "deduplicate key")?;
+            }
+            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+            Ok(Rel {
+                df: r.df.drop_duplicates_within_watermark(Some(keys)),
+                columns: r.columns.clone(),
+            })
+        }
+        Action::WindowAggregate {
+            window,
+            group_by,
+            aggregates,
+        } => window_aggregate(&r, window, group_by, aggregates),
+        Action::Join {
+            right,
+            join_type,
+            left_keys,
+            right_keys,
+            predicate,
+            null_safe,
+            time_range,
+        } => {
+            let rr = secondary.ok_or_else(|| unknown("join", right))?;
+            // `left.t BETWEEN right.t - lower AND right.t + upper`, Spark's time-interval
+            // join condition, which bounds the join's state with the watermarks.
+            let range = time_range.as_ref().map(|t| Expr::Call {
+                function: "etlantic:__spark_time_range".into(),
+                args: vec![
+                    Expr::col(&t.left),
+                    Expr::col(&t.right),
+                    Expr::Literal(etlantic_core::ir::Literal::String(spark_interval(t.lower))),
+                    Expr::Literal(etlantic_core::ir::Literal::String(spark_interval(t.upper))),
+                ],
+            });
+            let predicate = match (predicate.clone(), range) {
+                (Some(p), Some(r)) => Some(Expr::Binary(
+                    etlantic_core::ir::BinaryOp::And,
+                    Box::new(p),
+                    Box::new(r),
+                )),
+                (p, r) => p.or(r),
+            };
+            join(
+                &r,
+                &rr,
+                *join_type,
+                left_keys,
+                right_keys,
+                predicate.as_ref(),
+                *null_safe,
+            )
+        }
+        Action::Sort { .. } | Action::Limit { .. } => Err(unsupported(format!(
+            "`{}` on a stream (Spark sorts and limits only complete-mode results)",
+            op.id()
+        ))),
+        other => action(other, r, secondary),
+    }
+}
+
+fn window_aggregate(
+    r: &Rel,
+    window: &etlantic_core::ir::WindowSpec,
+    group_by: &[NamedExpr],
+    aggregates: &[Aggregate],
+) -> Result<Rel> {
+    let t = r.require(&window.time_column, "window time column")?;
+    if t != Kind::Temporal {
+        return Err(Error::new(
+            &codes::TYPE_MISMATCH,
+            format!(
+                "window time column `{}` is not a timestamp",
+                window.time_column
+            ),
+        ));
+    }
+    let ts = ident(&window.time_column);
+    let w = match &window.kind {
+        etlantic_core::ir::WindowKind::Tumbling { size } => {
+            format!("window({ts}, '{}')", spark_interval(*size))
+        }
+        etlantic_core::ir::WindowKind::Sliding { size, slide } => format!(
+            "window({ts}, '{}', '{}')",
+            spark_interval(*size),
+            spark_interval(*slide)
+        ),
+        etlantic_core::ir::WindowKind::Session { gap } => {
+            format!("session_window({ts}, '{}')", spark_interval(*gap))
+        }
+    };
+    let window_col = "__etl_window";
+    let mut keys = vec![NamedExpr {
+        name: window_col.into(),
+        expr: Expr::col(window_col),
+    }];
+    keys.extend(group_by.iter().cloned());
+    // The window is a group key Spark computes; it is bound under its name first.
+    let with_window = Rel {
+        df: r.df.select({
+            let mut cols: Vec<spark_connect::Column> = r
+                .columns
+                .iter()
+                .map(|(n, _)| spark_connect::functions::col(n))
+                .collect();
+            cols.push(spark_connect::functions::col(ORD));
+            cols.push(sql(&format!("{w} AS {}", ident(window_col))));
+            cols
+        }),
+        columns: {
+            let mut c = r.columns.clone();
+            c.push((window_col.into(), Kind::Other));
+            c
+        },
+    };
+    let grouped = aggregate(&with_window, &keys, aggregates)?;
+    let mut exprs = vec![
+        format!("{}.start AS `window_start`", ident(window_col)),
+        format!("{}.end AS `window_end`", ident(window_col)),
+    ];
+    let mut columns = vec![
+        ("window_start".to_string(), Kind::Temporal),
+        ("window_end".to_string(), Kind::Temporal),
+    ];
+    for (n, k) in grouped.columns.iter().skip(1) {
+        exprs.push(ident(n));
+        columns.push((n.clone(), *k));
+    }
+    Ok(grouped.with_ord(exprs, columns))
+}
+
 fn action(op: &Action, r: Rel, secondary: Option<Rel>) -> Result<Rel> {
     match op {
         Action::Filter { predicate } => {

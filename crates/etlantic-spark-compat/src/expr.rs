@@ -630,6 +630,37 @@ fn call(function: &str, args: &[Expr], scope: &Scope) -> Result<Compiled> {
                 Kind::Bool,
             )
         }
+        // Only a timestamp literal written as text (how plans spell them); casts in
+        // general are not declared: Spark's ANSI casts differ from DTCS's on bad text.
+        "dtcs:cast"
+            if matches!(
+                args,
+                [Expr::Literal(Literal::String(_)), Expr::Literal(Literal::String(t))]
+                    if matches!(t.as_str(), "datetime" | "timestamp")
+            ) =>
+        {
+            let [Expr::Literal(Literal::String(text)), _] = args else {
+                unreachable!("matched above")
+            };
+            of(
+                format!("CAST({} AS TIMESTAMP)", string_literal(text)),
+                Kind::Temporal,
+            )
+        }
+        // Internal to the streaming compiler: a join's event-time range.
+        "etlantic:__spark_time_range" => {
+            let a = compiled()?;
+            of(
+                format!(
+                    "({l} >= {r} - INTERVAL {lower} AND {l} <= {r} + INTERVAL {upper})",
+                    l = a[0].sql,
+                    r = a[1].sql,
+                    lower = a[2].sql,
+                    upper = a[3].sql
+                ),
+                Kind::Bool,
+            )
+        }
         other => Err(unsupported(format!("the function `{other}`"))),
     }
 }

@@ -5,6 +5,9 @@
 //! - [`backend`]: [`SparkBackend`], batch regions compiled into Spark Connect plans
 //!   ([`compile`], [`expr`]) and run on a Spark Connect endpoint; what it declares is in
 //!   [`capabilities`].
+//! - [`streaming`]: a planned streaming pipeline run as a Spark Structured Streaming
+//!   query (file sources, watermarks, window aggregations, deduplication, joins, a
+//!   memory sink read back as Arrow).
 //! - [`local`]: a local Spark Connect server from the `pyspark` package (tests, trying a
 //!   pipeline on Spark without a cluster).
 #![warn(missing_docs)]
@@ -15,5 +18,6 @@ pub mod compile;
 pub mod convert;
 pub mod expr;
 pub mod local;
+pub mod streaming;
 
 pub use backend::SparkBackend;

@@ -215,9 +215,14 @@ enum Command {
         suite: Suite,
         /// Directory of scenario `*.json` files.
         dir: PathBuf,
-        /// Backend to run on.
+        /// Backend to run on: `datafusion` (the embedded runtime) or `spark` (real
+        /// Apache Spark through Spark Connect).
         #[arg(long, default_value = "datafusion")]
         backend: String,
+        /// With `--backend spark`: the Spark Connect endpoint (`sc://host:port`). Without
+        /// it, a local server is started from the `pyspark` package and stopped after.
+        #[arg(long)]
+        endpoint: Option<String>,
     },
     /// List the linked plugins.
     Plugins,
@@ -226,6 +231,34 @@ enum Command {
 #[derive(Clone, Copy, ValueEnum)]
 enum Suite {
     Spark,
+}
+
+/// The Spark corpus on real Spark: at `endpoint`, or on a local server started for the
+/// run.
+#[cfg(feature = "spark")]
+fn conformance_on_spark(
+    dir: &Path,
+    endpoint: Option<String>,
+) -> Result<Vec<etlantic_testkit::conformance::ScenarioOutcome>, String> {
+    let (_server, url) = match endpoint {
+        Some(url) => (None, url),
+        None => {
+            eprintln!("starting a local Spark Connect server (pyspark)...");
+            let server = etlantic_spark_compat::local::LocalSparkConnect::start()
+                .map_err(|e| e.to_string())?;
+            let url = server.url();
+            (Some(server), url)
+        }
+    };
+    etlantic_testkit::conformance::on_spark::run_dir_on_spark(dir, &url)
+}
+
+#[cfg(not(feature = "spark"))]
+fn conformance_on_spark(
+    _dir: &Path,
+    _endpoint: Option<String>,
+) -> Result<Vec<etlantic_testkit::conformance::ScenarioOutcome>, String> {
+    Err("this build has no Spark backend (cargo feature `spark`)".into())
 }
 
 fn print_diags(d: &Diagnostics, format: Format) {
@@ -549,14 +582,19 @@ fn main() {
             suite: Suite::Spark,
             dir,
             backend,
+            endpoint,
         } => {
-            if backend != "datafusion" {
-                eprintln!(
-                    "backend `{backend}` is not available for conformance runs in this build"
-                );
-                std::process::exit(exit::USAGE);
-            }
-            match runtime().block_on(etlantic_testkit::conformance::run_dir(&dir)) {
+            let outcomes = match backend.as_str() {
+                "datafusion" => runtime().block_on(etlantic_testkit::conformance::run_dir(&dir)),
+                "spark" => conformance_on_spark(&dir, endpoint),
+                other => {
+                    eprintln!(
+                        "backend `{other}` is not available for conformance runs (datafusion, spark)"
+                    );
+                    std::process::exit(exit::USAGE);
+                }
+            };
+            match outcomes {
                 Ok(outcomes) => {
                     let failed = outcomes.iter().filter(|o| !o.passed).count();
                     for o in &outcomes {

@@ -252,3 +252,39 @@ fn plugins_lists_the_linked_plugins() {
         assert!(sinks.contains(s), "sink {s} in {t}");
     }
 }
+
+/// `conformance spark --backend spark` at an endpoint where nothing listens: the
+/// scenarios fail with the engine-unreachable diagnostic and the run exits 4, at once
+/// (the Spark client alone would retry for minutes).
+#[test]
+fn conformance_on_an_unreachable_spark_endpoint_fails_fast() {
+    let p = Project::empty();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let corpus =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/conformance/spark");
+    let endpoint = format!("sc://127.0.0.1:{port}");
+    let r = p.run(&[
+        "conformance",
+        "spark",
+        corpus.to_str().unwrap(),
+        "--backend",
+        "spark",
+        "--endpoint",
+        &endpoint,
+    ]);
+    r.expect_code(4);
+    let line = r
+        .stdout
+        .lines()
+        .find(|l| l.contains("project_filter_basic"))
+        .unwrap_or_default();
+    assert!(
+        line.starts_with("FAIL") && line.contains("ETL710"),
+        "{}",
+        r.stdout
+    );
+}

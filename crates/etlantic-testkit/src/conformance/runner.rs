@@ -124,7 +124,7 @@ fn cell(col: &ArrayRef, i: usize) -> Result<Value, String> {
     })
 }
 
-fn rows_of(batches: &[RecordBatch], columns: &[Column]) -> Result<Vec<String>, String> {
+pub(crate) fn rows_of(batches: &[RecordBatch], columns: &[Column]) -> Result<Vec<String>, String> {
     let mut out = Vec::new();
     for b in batches {
         for i in 0..b.num_rows() {
@@ -142,7 +142,7 @@ fn rows_of(batches: &[RecordBatch], columns: &[Column]) -> Result<Vec<String>, S
     Ok(out)
 }
 
-fn expected_rows(rows: &[Value], columns: &[Column]) -> Vec<String> {
+pub(crate) fn expected_rows(rows: &[Value], columns: &[Column]) -> Vec<String> {
     let mut out: Vec<String> = rows
         .iter()
         .map(|r| {

@@ -103,6 +103,9 @@ pub struct ExpectedBatch {
     pub watermark_during: Option<String>,
     /// Watermark computed from the batch.
     pub watermark_after: Option<String>,
+    /// `lastProgress.eventTime.watermark` after the batch.
+    #[serde(default)]
+    pub last_progress_watermark: Option<String>,
     /// Spark's micro-batches.
     #[serde(default)]
     pub micro_batches: Vec<Value>,
