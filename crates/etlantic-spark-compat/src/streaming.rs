@@ -108,12 +108,43 @@ fn output_mode(m: OutputMode) -> &'static str {
     }
 }
 
+/// Spark's `StreamingQueryProgress` JSON as ETLantic's progress record (the embedded
+/// runtime's, which is shaped like Spark's): Spark's fields are kept, and ours are added
+/// — `kind` (`data` when any source moved its offset, else `no_data`), `lateRows`
+/// (Spark's `numRowsDroppedByWatermark` over its stateful operators: Spark drops late
+/// rows), `quarantinedRows` (always 0: Spark quarantines nothing), `checkpointLocation`
+/// and `backend: spark`.
+pub fn progress_record(spark: &serde_json::Value, checkpoint: &str) -> serde_json::Value {
+    use serde_json::{json, Value};
+    let mut record = spark.as_object().cloned().unwrap_or_default();
+    let moved = spark["sources"].as_array().is_some_and(|sources| {
+        sources
+            .iter()
+            .any(|s| s["startOffset"] != s["endOffset"] && !s["endOffset"].is_null())
+    });
+    let late: u64 = spark["stateOperators"]
+        .as_array()
+        .map(|ops| {
+            ops.iter()
+                .filter_map(|o| o["numRowsDroppedByWatermark"].as_u64())
+                .sum()
+        })
+        .unwrap_or(0);
+    record.insert("kind".into(), json!(if moved { "data" } else { "no_data" }));
+    record.insert("lateRows".into(), json!(late));
+    record.insert("quarantinedRows".into(), json!(0));
+    record.insert("checkpointLocation".into(), json!(checkpoint));
+    record.insert("backend".into(), json!("spark"));
+    Value::Object(record)
+}
+
 /// A running Spark streaming query of a pipeline.
 pub struct SparkStreamingQuery {
     session: SparkSession,
     query: StreamingQuery,
     sink: String,
     columns: Vec<String>,
+    checkpoint: String,
 }
 
 impl SparkStreamingQuery {
@@ -243,6 +274,7 @@ impl SparkStreamingQuery {
             query,
             sink: sink_table.to_string(),
             columns,
+            checkpoint: checkpoint.display().to_string(),
         })
     }
 
@@ -280,6 +312,27 @@ impl SparkStreamingQuery {
         Ok(p.and_then(|text| serde_json::from_str(&text).ok()))
     }
 
+    /// Spark's recent progress records as ETLantic progress records
+    /// ([`progress_record`]), oldest first.
+    pub fn recent_progress(&self) -> Result<Vec<serde_json::Value>> {
+        let records = self
+            .query
+            .recent_progress()
+            .map_err(|e| engine("recentProgress", e))?;
+        Ok(records
+            .iter()
+            .filter_map(|text| serde_json::from_str(text).ok())
+            .map(|p| progress_record(&p, &self.checkpoint))
+            .collect())
+    }
+
+    /// Spark's status of the query: its message, whether data is available, whether a
+    /// trigger is active.
+    pub fn status(&self) -> Result<(String, bool, bool)> {
+        let s = self.query.status().map_err(|e| engine("status", e))?;
+        Ok((s.status_message, s.is_data_available, s.is_trigger_active))
+    }
+
     /// Stops the query.
     pub fn stop(&self) -> Result<()> {
         self.query
@@ -292,5 +345,53 @@ impl Drop for SparkStreamingQuery {
     fn drop(&mut self) {
         // A query left running keeps triggering on the server.
         let _ = self.query.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn spark_progress_becomes_an_etlantic_progress_record() {
+        let spark = json!({
+            "batchId": 3,
+            "numInputRows": 2,
+            "durationMs": {"walCommit": 5, "triggerExecution": 40},
+            "eventTime": {"watermark": "2024-01-01T00:00:02.000Z"},
+            "stateOperators": [{"numRowsTotal": 4, "numRowsDroppedByWatermark": 1}],
+            "sources": [{"startOffset": {"logOffset": 1}, "endOffset": {"logOffset": 2}}],
+        });
+        let r = progress_record(&spark, "/tmp/ck");
+        assert_eq!(r["kind"], "data");
+        assert_eq!(r["lateRows"], 1);
+        assert_eq!(r["quarantinedRows"], 0);
+        assert_eq!(r["backend"], "spark");
+        assert_eq!(r["batchId"], 3);
+        assert_eq!(r["eventTime"]["watermark"], "2024-01-01T00:00:02.000Z");
+        let idle = json!({
+            "numInputRows": 0,
+            "sources": [{"startOffset": {"logOffset": 2}, "endOffset": {"logOffset": 2}}],
+        });
+        assert_eq!(progress_record(&idle, "/tmp/ck")["kind"], "no_data");
+    }
+
+    #[test]
+    fn schemas_become_spark_ddl() {
+        use arrow::datatypes::{Field, Schema, TimeUnit};
+        let schema = std::sync::Arc::new(Schema::new(vec![
+            Field::new(
+                "ts",
+                DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+                true,
+            ),
+            Field::new("user`s", DataType::Utf8, true),
+            Field::new("n", DataType::Int32, true),
+        ]));
+        assert_eq!(
+            ddl(&schema).unwrap(),
+            "`ts` TIMESTAMP, `user``s` STRING, `n` BIGINT"
+        );
     }
 }

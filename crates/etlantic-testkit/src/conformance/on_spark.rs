@@ -5,7 +5,8 @@
 //! drove it: one new file per source and scenario batch, then `processAllAvailable`.
 //!
 //! Compared per batch: the rows the sink received (a multiset), and
-//! `lastProgress.eventTime.watermark`; at the end, the sink's content. A scenario Spark
+//! `lastProgress.eventTime.watermark`; at the end, the sink's content and the number of
+//! data micro-batches in Spark's progress (mapped to ETLantic's progress records). A scenario Spark
 //! must reject passes when planning or starting the query fails.
 
 use super::runner::{expected_rows, rows_of, ScenarioOutcome};
@@ -173,6 +174,20 @@ fn run_inner(path: &Path, url: &str) -> Result<Vec<String>, String> {
                 ));
             }
         }
+    }
+    // Spark's progress, as ETLantic progress records: one data micro-batch per scenario
+    // batch (FORMAT.md, "How the generator drives Spark").
+    let data_batches = query
+        .recent_progress()
+        .map_err(|e| e.to_string())?
+        .iter()
+        .filter(|p| p["kind"] == "data")
+        .count();
+    if data_batches != s.batches.len() {
+        problems.push(format!(
+            "{data_batches} data micro-batches in the progress records for {} scenario batches",
+            s.batches.len()
+        ));
     }
     let got = rows_of(&last, columns)?;
     let want = expected_rows(&expected.final_rows, columns);
