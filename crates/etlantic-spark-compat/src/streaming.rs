@@ -82,6 +82,54 @@ pub fn ddl(schema: &SchemaRef) -> Result<String> {
         .join(", "))
 }
 
+/// Formats every Spark distribution reads; anything else comes from a connector jar.
+const BUILT_IN_FORMATS: &[&str] = &["json", "csv", "parquet", "orc", "text"];
+
+/// The connector jar Spark needs for a binding scheme, as `spark.jars.packages` names it.
+fn connector_of(scheme: &str) -> Option<(&'static str, &'static str)> {
+    match scheme {
+        "kafka" => Some(("kafka", "org.apache.spark:spark-sql-kafka-0-10_2.13")),
+        "delta" => Some(("delta", "io.delta:delta-spark_2.13")),
+        _ => None,
+    }
+}
+
+/// Checks, before a query starts, that the cluster reads `format`: Spark resolves the
+/// data source when it analyses a read of it. A missing connector is `ETL711` naming
+/// the package to add (instead of a Java stack trace when the query starts); any other
+/// analysis error (a missing option, say) means the data source exists.
+pub fn require_data_source(session: &SparkSession, format: &str, package: &str) -> Result<()> {
+    if BUILT_IN_FORMATS.contains(&format) {
+        return Ok(());
+    }
+    match session.read().format(format).load(None).schema() {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            let text = e.to_string();
+            // SQLSTATE 42K02 is "data source not found" (conditions DATA_SOURCE_NOT_FOUND,
+            // KAFKA_DATA_SOURCE_NOT_ENABLED, ...).
+            let missing = [
+                "42K02",
+                "DATA_SOURCE_NOT_FOUND",
+                "Failed to find data source",
+            ]
+            .iter()
+            .any(|m| text.contains(m));
+            if missing {
+                Err(Error::new(
+                    &codes::CONNECTOR_MISSING,
+                    format!("the Spark cluster has no `{format}` data source"),
+                )
+                .with_help(format!(
+                    "Add `{package}` (matching the cluster's Spark and Scala versions) to `spark.jars.packages` or the cluster's jars."
+                )))
+            } else {
+                Ok(())
+            }
+        }
+    }
+}
+
 /// The local path of a `file://` JSON-lines binding, relative to `root`.
 fn json_path(binding: &str, root: &Path) -> Result<String> {
     let uri = BindingUri::parse(binding)?;
@@ -188,6 +236,10 @@ impl SparkStreamingQuery {
                 Error::new(&codes::PLAN_INVALID, format!("no asset `{}`", s.asset))
             })?;
             let schema = plan.asset_contract(&s.asset)?.arrow_schema();
+            // A connector the cluster lacks is reported before anything starts.
+            if let Some((format, package)) = connector_of(&asset.scheme) {
+                require_data_source(&session, format, package)?;
+            }
             let path = json_path(&asset.binding, root)?;
             let df = if s.static_refresh.is_some() {
                 session

@@ -184,3 +184,27 @@ mod backend {
         assert_eq!(customers, [Some("b"), Some("a")]);
     }
 }
+
+/// A data source the cluster lacks (pyspark brings no Kafka or Delta jars) is a
+/// diagnostic naming the package to add; built-in formats pass.
+#[test]
+fn a_missing_connector_is_a_diagnostic_before_anything_starts() {
+    use etlantic_spark_compat::streaming::require_data_source;
+    let server = LocalSparkConnect::start().expect("a local Spark Connect server");
+    let session = SparkSession::builder()
+        .remote(&server.url())
+        .get_or_create()
+        .expect("a session");
+    let e = require_data_source(
+        &session,
+        "kafka",
+        "org.apache.spark:spark-sql-kafka-0-10_2.13",
+    )
+    .unwrap_err();
+    assert_eq!(e.code(), "ETL711", "{e}");
+    assert!(format!("{e:?}").contains("spark-sql-kafka"), "{e:?}");
+    require_data_source(&session, "json", "-").expect("json is built in");
+    // A source Spark has: analysis fails for another reason (no path), which is no
+    // missing connector.
+    require_data_source(&session, "noop", "-").expect("noop exists");
+}

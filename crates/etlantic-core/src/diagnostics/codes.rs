@@ -278,6 +278,9 @@ catalogue! {
     ENGINE_UNREACHABLE = ("ETL710", "engine-unreachable", Execution, Error,
         "The engine a region runs on (such as a Spark Connect server) cannot be reached or started.",
         "Check the profile's endpoint (`sc://host:port`) and that the server runs; for a local Spark, run `cargo xtask setup` (it installs pyspark) or set SPARK_HOME.");
+    CONNECTOR_MISSING = ("ETL711", "connector-missing", Execution, Error,
+        "The engine a region runs on lacks the connector a source or sink needs (such as Spark without its Kafka or Delta jars).",
+        "Add the connector to the cluster (for Spark, its `spark.jars.packages` or jars directory), or bind the asset to a format the cluster reads.");
 
     // ---- checkpoint ----
     CHECKPOINT_CORRUPT = ("ETL801", "checkpoint-corrupt", Checkpoint, Error,
