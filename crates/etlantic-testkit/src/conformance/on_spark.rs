@@ -175,15 +175,17 @@ fn run_inner(path: &Path, url: &str) -> Result<Vec<String>, String> {
             }
         }
     }
-    // Spark's progress, as ETLantic progress records: one data micro-batch per scenario
-    // batch (FORMAT.md, "How the generator drives Spark").
+    // Spark's progress, as ETLantic progress records: at least one data micro-batch per
+    // scenario batch (FORMAT.md, "How the generator drives Spark"). On a loaded machine
+    // a trigger can fire between the renames of two sources' files and split a batch in
+    // two (the generator retried such runs), so more is allowed; fewer is not.
     let data_batches = query
         .recent_progress()
         .map_err(|e| e.to_string())?
         .iter()
         .filter(|p| p["kind"] == "data")
         .count();
-    if data_batches != s.batches.len() {
+    if data_batches < s.batches.len() {
         problems.push(format!(
             "{data_batches} data micro-batches in the progress records for {} scenario batches",
             s.batches.len()
