@@ -108,6 +108,22 @@ fn unsupported(what: impl std::fmt::Display) -> Error {
     )
 }
 
+/// The relation of every plan input (`ETL201` for one that is not connected).
+fn connected(plan: &DecodedPlan, inputs: &IndexMap<String, Rel>) -> Result<Vec<(String, Rel)>> {
+    plan.inputs
+        .iter()
+        .map(|input| {
+            let rel = inputs.get(&input.id).ok_or_else(|| {
+                Error::new(
+                    &codes::UNKNOWN_NODE,
+                    format!("plan input `{}` is not connected", input.id),
+                )
+            })?;
+            Ok((input.id.clone(), rel.clone()))
+        })
+        .collect()
+}
+
 /// Compiles the actions of `plan` that lead to `output`, its inputs bound to `inputs`
 /// (plan input id → relation).
 pub fn plan(
@@ -116,19 +132,12 @@ pub fn plan(
     inputs: &IndexMap<String, Rel>,
     output: &str,
 ) -> Result<Rel> {
-    let mut bound = Vec::with_capacity(plan.inputs.len());
-    for input in &plan.inputs {
-        let rel = inputs.get(&input.id).ok_or_else(|| {
-            Error::new(
-                &codes::UNKNOWN_NODE,
-                format!("plan input `{}` is not connected", input.id),
-            )
-        })?;
-        bound.push((input.id.clone(), rel.clone()));
-    }
-    plan.evaluate(parameters, bound, output, |_, op, target, secondary| {
-        action(op, target, secondary)
-    })
+    plan.evaluate(
+        parameters,
+        connected(plan, inputs)?,
+        output,
+        |_, op, target, secondary| action(op, target, secondary),
+    )
 }
 
 /// Like [`plan`], for a streaming query: the actions Spark runs incrementally
@@ -141,19 +150,12 @@ pub fn streaming_plan(
     inputs: &IndexMap<String, Rel>,
     output: &str,
 ) -> Result<Rel> {
-    let mut bound = Vec::with_capacity(plan.inputs.len());
-    for input in &plan.inputs {
-        let rel = inputs.get(&input.id).ok_or_else(|| {
-            Error::new(
-                &codes::UNKNOWN_NODE,
-                format!("plan input `{}` is not connected", input.id),
-            )
-        })?;
-        bound.push((input.id.clone(), rel.clone()));
-    }
-    plan.evaluate(parameters, bound, output, |_, op, target, secondary| {
-        streaming_action(op, target, secondary)
-    })
+    plan.evaluate(
+        parameters,
+        connected(plan, inputs)?,
+        output,
+        |_, op, target, secondary| streaming_action(op, target, secondary),
+    )
 }
 
 fn user_columns(r: &Rel) -> Vec<&str> {
