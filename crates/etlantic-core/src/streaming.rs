@@ -155,6 +155,19 @@ pub enum LatePolicy {
     },
 }
 
+impl LatePolicy {
+    /// The policy's name as YAML spells it (`drop`, `accept`, `quarantine`,
+    /// `side_output`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            LatePolicy::Drop => "drop",
+            LatePolicy::Accept => "accept",
+            LatePolicy::Quarantine => "quarantine",
+            LatePolicy::SideOutput { .. } => "side_output",
+        }
+    }
+}
+
 /// A source of a streaming pipeline that is read as a bounded table (the static side of
 /// a stream-static join), and how often it is read again.
 ///

@@ -4,7 +4,7 @@
 //! action, so the backend never claims something it would reject.
 
 use etlantic_core::ir::action::{DEDUP_WITHIN_WATERMARK, PROCESS, WINDOW_AGGREGATE};
-use etlantic_core::plugin::{BackendCapabilities, RegionKind};
+use etlantic_core::plugin::{BackendCapabilities, RegionKind, StreamingSupport};
 
 /// The backend's name in profiles and plans.
 pub const BACKEND_NAME: &str = "datafusion";
@@ -68,8 +68,8 @@ pub fn supported_functions() -> Vec<String> {
         .collect()
 }
 
-/// The capabilities the backend declares. Streaming regions are not listed yet: the
-/// micro-batch runtime will add them.
+/// The capabilities the backend declares: batch regions, and streaming regions run by
+/// the embedded micro-batch runtime (every late-event policy, quarantine of bad records).
 pub fn capabilities() -> BackendCapabilities {
     BackendCapabilities {
         region_kinds: vec![RegionKind::Batch, RegionKind::Streaming],
@@ -79,5 +79,14 @@ pub fn capabilities() -> BackendCapabilities {
         sql_engines: vec![BACKEND_NAME.to_string()],
         continuous: false,
         location_schemes: vec![],
+        streaming: StreamingSupport {
+            late_policies: ["drop", "accept", "quarantine", "side_output"]
+                .map(String::from)
+                .to_vec(),
+            quarantine: true,
+            whole_query: false,
+            io_schemes: vec![],
+            actions: vec![],
+        },
     }
 }

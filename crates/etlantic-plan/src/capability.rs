@@ -3,10 +3,15 @@
 //! A function that is in no registry at all is reported as unknown (`ETL306`) instead.
 
 use etlantic_core::diagnostics::{codes, Diagnostic, Result};
-use etlantic_core::plugin::{Backend, StepLogic};
+use etlantic_core::plugin::{Backend, RegionKind, StepLogic};
 
-/// Checks that `backend` can run `logic`.
-pub fn check_step(backend: &dyn Backend, step: &str, logic: &StepLogic) -> Result<()> {
+/// Checks that `backend` can run `logic` in a region of `kind`.
+pub fn check_step(
+    backend: &dyn Backend,
+    step: &str,
+    logic: &StepLogic,
+    kind: RegionKind,
+) -> Result<()> {
     let caps = backend.capabilities();
     match logic {
         StepLogic::Portable { plan, .. } => {
@@ -35,7 +40,7 @@ pub fn check_step(backend: &dyn Backend, step: &str, logic: &StepLogic) -> Resul
             }
             let missing: Vec<String> = actions
                 .iter()
-                .filter(|a| !caps.supports_action(a))
+                .filter(|a| !caps.supports_action_in(kind, a))
                 .map(|a| format!("action {a}"))
                 .chain(
                     functions
@@ -48,8 +53,13 @@ pub fn check_step(backend: &dyn Backend, step: &str, logic: &StepLogic) -> Resul
                 return Err(Diagnostic::new(
                     &codes::BACKEND_UNSUPPORTED_ACTION,
                     format!(
-                        "backend `{}` cannot run `{step}`: it does not support {}",
+                        "backend `{}` cannot run `{step}`{}: it does not support {}",
                         backend.name(),
+                        if kind == RegionKind::Streaming {
+                            " in a streaming region"
+                        } else {
+                            ""
+                        },
                         missing.join(", ")
                     ),
                 )

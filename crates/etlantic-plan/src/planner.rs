@@ -924,11 +924,11 @@ impl<'a> Planner<'a> {
                 .help(format!("Linked backends: {linked:?}.")),
             )
         })?;
-        crate::capability::check_step(backend, &t.id, &logic)?;
         let kind = match self.p.profile.mode {
             ExecutionMode::Batch => RegionKind::Batch,
             ExecutionMode::Streaming => RegionKind::Streaming,
         };
+        crate::capability::check_step(backend, &t.id, &logic, kind)?;
         let caps = backend.capabilities();
         let sql_region = caps.region_kinds.contains(&RegionKind::Sql);
         if sql_region && kind == RegionKind::Streaming {
@@ -1194,6 +1194,96 @@ impl<'a> Planner<'a> {
         }
         self.region_locations();
         self.in_place_sources();
+        if mode == ExecutionMode::Streaming {
+            self.whole_query_streaming();
+        }
+    }
+
+    /// A streaming pipeline with a step on a backend that runs whole queries in another
+    /// system (Spark) runs there as one query: that backend reads the sources and writes
+    /// the sinks itself, so every step must be on it, and it must give what the
+    /// pipeline asks of the runtime (late policies, quarantine, contract rules).
+    /// Anything else is `ETL507`. (The embedded runtime gives all of it.)
+    fn whole_query_streaming(&mut self) {
+        let Some((first, backend)) = self.order.iter().find_map(|id| {
+            let b = self.backend_of.get(id)?;
+            b.capabilities()
+                .streaming
+                .whole_query
+                .then(|| (id.clone(), *b))
+        }) else {
+            return;
+        };
+        let name = backend.name();
+        let support = backend.capabilities().streaming;
+        let unsupported = |message: String, at: String, help: String| {
+            Diagnostic::new(&codes::STREAMING_REGION_UNSUPPORTED, message)
+                .at(at)
+                .help(help)
+        };
+        let mut found = Vec::new();
+        for id in &self.order {
+            let b = self.backend_of[id].name();
+            if b != name {
+                found.push(unsupported(
+                    format!("`{first}` runs on `{name}`, which runs a streaming pipeline as one query of its own, but `{id}` runs on `{b}`"),
+                    format!("engines.{id}"),
+                    format!("Place every transformation on `{name}` (`engines: {{{id}: {name}}}`), or none."),
+                ));
+            }
+        }
+        let pl = self.p.pipeline.clone();
+        let io = |kind: &str, id: &str, asset: &str| -> Option<Diagnostic> {
+            let uri = self.bindings.get(asset)?;
+            (!support.io_schemes.contains(&uri.scheme)).then(|| {
+                unsupported(
+                    format!("{kind} `{id}` is bound to `{}`, which a streaming query on `{name}` does not {}", uri.redacted(), if kind == "source" { "read" } else { "write" }),
+                    format!("{kind}s[{id}]"),
+                    format!("Bind it to one of: {}.", support.io_schemes.iter().map(|s| format!("{s}://")).collect::<Vec<_>>().join(", ")),
+                )
+            })
+        };
+        for s in &pl.sources {
+            found.extend(io("source", &s.id, &s.asset));
+            let policy = s.late_events.name();
+            if !support.late_policies.iter().any(|p| p == policy) {
+                found.push(unsupported(
+                    format!(
+                        "source `{}` sends late events to `{policy}`, which `{name}` does not do",
+                        s.id
+                    ),
+                    format!("sources[{}].late_events", s.id),
+                    format!("`{name}` applies: {}.", support.late_policies.join(", ")),
+                ));
+            }
+        }
+        for s in &pl.sinks {
+            found.extend(io("sink", &s.id, &s.asset));
+        }
+        if !support.quarantine {
+            if self.p.profile.on_error == etlantic_core::profile::OnError::Quarantine {
+                found.push(unsupported(
+                    format!("bad records are to be quarantined (`on_error: quarantine`), which a streaming query on `{name}` cannot do"),
+                    "on_error".into(),
+                    "Set `on_error: fail`: the query then stops at the first malformed record or missing required field.".into(),
+                ));
+            }
+            for (asset, c) in &self.contracts {
+                let rules = etlantic_core::contract::rules::RuleSet::of(c)
+                    .map(|set| set.rules.len())
+                    .unwrap_or(0);
+                if rules > 0 {
+                    found.push(unsupported(
+                        format!("the contract of `{asset}` has {rules} quality rule(s), which a streaming query on `{name}` does not evaluate"),
+                        format!("assets[{asset}]"),
+                        "Run the pipeline on the embedded runtime, or check the rules downstream.".into(),
+                    ));
+                }
+            }
+        }
+        for d in found {
+            self.push(d);
+        }
     }
 
     /// Binds every step on a backend that runs inside another system (an SQL backend)

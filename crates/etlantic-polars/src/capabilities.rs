@@ -70,5 +70,6 @@ pub fn capabilities() -> BackendCapabilities {
         sql_engines: vec![],
         continuous: false,
         location_schemes: vec![],
+        streaming: Default::default(),
     }
 }

@@ -225,6 +225,30 @@ fn not_portable(task: &StepTask) -> Error {
     )
 }
 
+/// The Spark Connect URL of a region's location (`sc://host:port`, secret references
+/// already resolved): Spark Connect's own parameters follow `/;`
+/// (`sc://host:15002/;token=...`), and `?k=v` parameters of the binding are passed the
+/// same way. Another scheme is `ETL506`.
+pub fn endpoint_url(uri: &etlantic_core::uri::BindingUri) -> Result<String> {
+    if uri.scheme != "sc" {
+        return Err(Error::new(
+            &codes::REGION_LOCATION,
+            format!(
+                "the Spark backend runs at a Spark Connect endpoint (sc://host:port), not at {}",
+                uri.redacted()
+            ),
+        ));
+    }
+    let mut url = format!("sc://{}", uri.location);
+    if !uri.params.is_empty() && !url.contains("/;") {
+        url.push('/');
+    }
+    for (k, v) in &uri.params {
+        url.push_str(&format!(";{k}={v}"));
+    }
+    Ok(url)
+}
+
 #[async_trait]
 impl Backend for SparkBackend {
     fn name(&self) -> &'static str {
@@ -248,26 +272,7 @@ impl Backend for SparkBackend {
     /// The same backend at `sc://` endpoint `location.uri` (its parameters, e.g. a
     /// bearer token `;token=...`, are part of the location).
     fn at_location(&self, location: &RegionLocation) -> Result<Arc<dyn Backend>> {
-        let uri = &location.uri;
-        if uri.scheme != "sc" {
-            return Err(Error::new(
-                &codes::REGION_LOCATION,
-                format!(
-                    "the Spark backend runs at a Spark Connect endpoint (sc://host:port), not at {}",
-                    uri.redacted()
-                ),
-            ));
-        }
-        // Spark Connect's own parameters follow `/;` (`sc://host:15002/;token=...`);
-        // `?k=v` parameters of the binding are passed the same way.
-        let mut url = format!("sc://{}", uri.location);
-        if !uri.params.is_empty() && !url.contains("/;") {
-            url.push('/');
-        }
-        for (k, v) in &uri.params {
-            url.push_str(&format!(";{k}={v}"));
-        }
-        Ok(Arc::new(SparkBackend::new(url)))
+        Ok(Arc::new(SparkBackend::new(endpoint_url(&location.uri)?)))
     }
 
     async fn execute_batch(
@@ -295,24 +300,41 @@ fn output_schema(step: &StepTask, inputs: &IndexMap<String, SchemaRef>) -> Resul
     let StepLogic::Portable { plan, .. } = &step.logic else {
         return Err(not_portable(step));
     };
+    // Which actions a region of which kind runs is the planner's check (the
+    // capabilities); here only actions no Spark region runs are refused.
     for node in &plan.decoded().steps {
         let id = node.op.id();
-        if !crate::capabilities::ACTIONS.contains(&id) {
+        let known = crate::capabilities::ACTIONS.contains(&id)
+            || crate::capabilities::STREAMING_ACTIONS.contains(&id);
+        if !known {
             return Err(Error::new(
                 &codes::BACKEND_UNSUPPORTED_ACTION,
                 format!("the Spark backend does not run the action `{id}`"),
             ));
         }
-        if let etlantic_core::ir::Action::Join {
-            time_range: Some(_),
-            ..
-        } = &node.op
-        {
-            return Err(Error::new(
-                &codes::BACKEND_UNSUPPORTED_ACTION,
-                "the Spark backend does not run joins with an event-time range in batch regions",
-            ));
-        }
     }
     etlantic_datafusion::DataFusionBackend.output_schema(step, inputs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use etlantic_core::uri::BindingUri;
+
+    #[test]
+    fn endpoints_become_spark_connect_urls_with_their_parameters() {
+        let url = |s: &str| endpoint_url(&BindingUri::parse(s).unwrap());
+        assert_eq!(url("sc://spark:15002").unwrap(), "sc://spark:15002");
+        // A bearer token and TLS travel as Spark Connect's `/;k=v` parameters.
+        assert_eq!(
+            url("sc://spark:443?token=abc&use_ssl=true").unwrap(),
+            "sc://spark:443/;token=abc;use_ssl=true"
+        );
+        assert_eq!(
+            url("sc://spark:15002/;token=abc").unwrap(),
+            "sc://spark:15002/;token=abc"
+        );
+        let e = url("postgres://db/x").unwrap_err();
+        assert_eq!(e.code(), "ETL506");
+    }
 }

@@ -5,11 +5,12 @@
 //! Not declared (so the planner keeps them on the embedded engine, or refuses):
 //! `cast`/`try_cast` and the `to_*` conversions (Spark's ANSI casts and DTCS's differ on
 //! malformed text), date and time functions, `power`/`sqrt`,
-//! `explode`, window aggregations and every other stateful streaming step (they need a
-//! streaming region on Spark, which this backend does not run yet), ETLantic's
-//! quarantine and side-output late policies (Spark drops late rows silently).
+//! `explode`; window aggregations and `dedup_within_watermark` in batch regions (they
+//! run in streaming regions, see [`STREAMING_ACTIONS`]); ETLantic's accept, quarantine
+//! and side-output late policies (Spark drops late rows); quarantine of bad records.
 
-use etlantic_core::plugin::{BackendCapabilities, RegionKind};
+use etlantic_core::ir::action::{DEDUP_WITHIN_WATERMARK, WINDOW_AGGREGATE};
+use etlantic_core::plugin::{BackendCapabilities, RegionKind, StreamingSupport};
 
 /// Actions (aliases the IR decodes included).
 pub const ACTIONS: &[&str] = &[
@@ -70,10 +71,30 @@ pub const AGGREGATES: &[&str] = &[
     "dtcs:last",
 ];
 
+/// Actions of streaming regions: the batch actions without the order-dependent ones
+/// Spark refuses on a stream outside complete mode (the planner's streaming rules
+/// already confine `sort` and `limit` there), plus the incremental operators.
+pub const STREAMING_ACTIONS: &[&str] = &[
+    WINDOW_AGGREGATE,
+    DEDUP_WITHIN_WATERMARK,
+    "dtcs:filter",
+    "dtcs:select",
+    "dtcs:project",
+    "dtcs:with_fields",
+    "dtcs:drop_fields",
+    "dtcs:rename_fields",
+    "dtcs:join",
+    "dtcs:union",
+    "dtcs:aggregate",
+    "dtcs:group",
+    "dtcs:distinct",
+    "dtcs:deduplicate",
+];
+
 /// The backend's capabilities.
 pub fn capabilities() -> BackendCapabilities {
     BackendCapabilities {
-        region_kinds: vec![RegionKind::Batch],
+        region_kinds: vec![RegionKind::Batch, RegionKind::Streaming],
         dtcs_profiles: vec![],
         actions: ACTIONS.iter().map(|s| s.to_string()).collect(),
         functions: FUNCTIONS
@@ -85,6 +106,17 @@ pub fn capabilities() -> BackendCapabilities {
         continuous: false,
         // Regions run at a Spark Connect endpoint (`endpoints: {spark: sc://...}`).
         location_schemes: vec!["sc".into()],
+        streaming: StreamingSupport {
+            // Spark drops rows behind the watermark in its stateful operators.
+            late_policies: vec!["drop".into()],
+            // Spark's readers null or drop malformed records, or fail (FAILFAST, which
+            // is what a streaming region uses): nothing reaches a quarantine.
+            quarantine: false,
+            // A Structured Streaming query reads its sources and writes its sinks.
+            whole_query: true,
+            io_schemes: vec!["file".into()],
+            actions: STREAMING_ACTIONS.iter().map(|s| s.to_string()).collect(),
+        },
     }
 }
 

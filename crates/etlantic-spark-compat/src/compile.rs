@@ -210,45 +210,6 @@ fn streaming_action(op: &Action, r: Rel, secondary: Option<Rel>) -> Result<Rel> 
             group_by,
             aggregates,
         } => window_aggregate(&r, window, group_by, aggregates),
-        Action::Join {
-            right,
-            join_type,
-            left_keys,
-            right_keys,
-            predicate,
-            null_safe,
-            time_range,
-        } => {
-            let rr = secondary.ok_or_else(|| unknown("join", right))?;
-            // `left.t BETWEEN right.t - lower AND right.t + upper`, Spark's time-interval
-            // join condition, which bounds the join's state with the watermarks.
-            let range = time_range.as_ref().map(|t| Expr::Call {
-                function: "etlantic:__spark_time_range".into(),
-                args: vec![
-                    Expr::col(&t.left),
-                    Expr::col(&t.right),
-                    Expr::Literal(etlantic_core::ir::Literal::String(spark_interval(t.lower))),
-                    Expr::Literal(etlantic_core::ir::Literal::String(spark_interval(t.upper))),
-                ],
-            });
-            let predicate = match (predicate.clone(), range) {
-                (Some(p), Some(r)) => Some(Expr::Binary(
-                    etlantic_core::ir::BinaryOp::And,
-                    Box::new(p),
-                    Box::new(r),
-                )),
-                (p, r) => p.or(r),
-            };
-            join(
-                &r,
-                &rr,
-                *join_type,
-                left_keys,
-                right_keys,
-                predicate.as_ref(),
-                *null_safe,
-            )
-        }
         Action::Sort { .. } | Action::Limit { .. } => Err(unsupported(format!(
             "`{}` on a stream (Spark sorts and limits only complete-mode results)",
             op.id()
@@ -408,12 +369,27 @@ fn action(op: &Action, r: Rel, secondary: Option<Rel>) -> Result<Rel> {
             null_safe,
             time_range,
         } => {
-            if time_range.is_some() {
-                return Err(unsupported(
-                    "a join with an event-time range in a batch region",
-                ));
-            }
             let rr = secondary.ok_or_else(|| unknown("join", right))?;
+            // `left.t BETWEEN right.t - lower AND right.t + upper`: the embedded
+            // engine's condition in batch regions, and Spark's time-interval join
+            // condition on streams (which bounds the join's state with the watermarks).
+            let range = time_range.as_ref().map(|t| Expr::Call {
+                function: "etlantic:__spark_time_range".into(),
+                args: vec![
+                    Expr::col(&t.left),
+                    Expr::col(&t.right),
+                    Expr::Literal(etlantic_core::ir::Literal::String(spark_interval(t.lower))),
+                    Expr::Literal(etlantic_core::ir::Literal::String(spark_interval(t.upper))),
+                ],
+            });
+            let predicate = match (predicate.clone(), range) {
+                (Some(p), Some(r)) => Some(Expr::Binary(
+                    etlantic_core::ir::BinaryOp::And,
+                    Box::new(p),
+                    Box::new(r),
+                )),
+                (p, r) => p.or(r),
+            };
             join(
                 &r,
                 &rr,

@@ -647,7 +647,7 @@ fn call(function: &str, args: &[Expr], scope: &Scope) -> Result<Compiled> {
                 Kind::Temporal,
             )
         }
-        // Internal to the streaming compiler: a join's event-time range.
+        // Internal to the compiler: a join's event-time range.
         "etlantic:__spark_time_range" => {
             let a = compiled()?;
             of(

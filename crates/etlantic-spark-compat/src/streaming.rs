@@ -31,7 +31,7 @@ use etlantic_plan::plan::PipelinePlan;
 use indexmap::IndexMap;
 use spark_connect::session::SparkSession;
 use spark_connect::streaming::{StreamingQuery, Trigger};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 fn engine(what: &str, e: impl std::fmt::Display) -> Error {
     Error::new(&codes::ENGINE_ERROR, format!("Spark: {what}: {e}"))
@@ -130,22 +130,161 @@ pub fn require_data_source(session: &SparkSession, format: &str, package: &str) 
     }
 }
 
-/// The local path of a `file://` JSON-lines binding, relative to `root`.
-fn json_path(binding: &str, root: &Path) -> Result<String> {
-    let uri = BindingUri::parse(binding)?;
-    let format = uri.param("format").unwrap_or("jsonl");
-    if uri.scheme != "file" || !matches!(format, "jsonl" | "json") {
-        return Err(unsupported(format!(
-            "read `{}` yet (JSON-lines file locations only)",
-            uri.redacted()
-        )));
+/// A `file://` location Spark reads or writes: its format (Spark's name), the local
+/// path (relative paths resolve against the project root), and Spark's reader/writer
+/// options from the binding's parameters.
+struct FileLocation {
+    format: &'static str,
+    path: String,
+    options: Vec<(&'static str, String)>,
+    max_files: Option<usize>,
+}
+
+impl FileLocation {
+    fn parse(binding: &str, root: &Path) -> Result<Self> {
+        let uri = BindingUri::parse(binding)?;
+        if uri.scheme != "file" {
+            return Err(Error::new(
+                &codes::STREAMING_REGION_UNSUPPORTED,
+                format!(
+                    "a streaming query on Spark reads and writes file:// locations, not `{}`",
+                    uri.redacted()
+                ),
+            ));
+        }
+        let extension = Path::new(uri.location.trim_end_matches('/'))
+            .extension()
+            .and_then(|e| e.to_str())
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        let named = uri.param("format").map(str::to_ascii_lowercase);
+        let format = match named.as_deref().unwrap_or(extension.as_str()) {
+            "jsonl" | "ndjson" | "json" => "json",
+            "csv" => "csv",
+            "parquet" => "parquet",
+            other => {
+                return Err(Error::new(
+                    &codes::FORMAT_UNSUPPORTED,
+                    format!(
+                        "binding `{}`: format `{other}` is not one Spark reads here (jsonl, csv, parquet)",
+                        uri.redacted()
+                    ),
+                )
+                .with_help("Add `?format=jsonl` (or csv, parquet) to the binding."))
+            }
+        };
+        let mut options = Vec::new();
+        let mut max_files = None;
+        for (key, value) in &uri.params {
+            match key.as_str() {
+                "format" => {}
+                "header" if format == "csv" => options.push(("header", value.clone())),
+                "delimiter" | "sep" if format == "csv" => options.push((
+                    "sep",
+                    if matches!(value.as_str(), "tab" | "\\t") {
+                        "\t".into()
+                    } else {
+                        value.clone()
+                    },
+                )),
+                "max_files_per_trigger" | "maxFilesPerTrigger" => {
+                    max_files = value.parse().ok().filter(|n| *n > 0);
+                }
+                _ => {}
+            }
+        }
+        if format == "csv" && !options.iter().any(|(k, _)| *k == "header") {
+            // ETLantic's CSV files have a header line unless the binding says otherwise.
+            options.push(("header", "true".into()));
+        }
+        let p = Path::new(&uri.location);
+        let path = if p.is_absolute() {
+            p.display().to_string()
+        } else {
+            root.join(p).display().to_string()
+        };
+        Ok(FileLocation {
+            format,
+            path,
+            options,
+            max_files,
+        })
     }
-    let p = Path::new(&uri.location);
-    Ok(if p.is_absolute() {
-        p.display().to_string()
-    } else {
-        root.join(p).display().to_string()
-    })
+}
+
+/// A batch read of the files at `at` with the DDL schema `schema`.
+fn read_files(session: &SparkSession, at: &FileLocation, schema: &str) -> spark_connect::DataFrame {
+    let mut r = session.read().format(at.format).schema(schema.to_string());
+    for (k, v) in &at.options {
+        r = r.option(k, v);
+    }
+    r.load(Some(&at.path))
+}
+
+/// What Spark's file sink committed at the `file://` binding `binding` (relative paths
+/// against `root`), read as `schema` through the Spark Connect endpoint `url`: Spark
+/// reads only the files its sink's `_spark_metadata` log lists, never a file of a
+/// micro-batch that did not commit.
+pub fn read_file_sink(
+    url: &str,
+    binding: &str,
+    root: &Path,
+    schema: &SchemaRef,
+) -> Result<Vec<RecordBatch>> {
+    let session = connect(url)?;
+    let at = FileLocation::parse(binding, root)?;
+    let columns = schema
+        .fields()
+        .iter()
+        .map(|f| spark_connect::functions::col(f.name()));
+    read_files(&session, &at, &ddl(schema)?)
+        .select(columns)
+        .collect_record_batches()
+        .map_err(|e| engine("reading the sink", e))
+}
+
+/// How the query's sink is written.
+#[derive(Clone, Debug)]
+pub enum SparkSink {
+    /// Spark's memory sink under this query name (tests, conformance):
+    /// [`SparkStreamingQuery::sink_rows`] reads it back.
+    Memory(String),
+    /// The pipeline's sink binding (a `file://` directory), through Spark's file sink:
+    /// exactly once by its `_spark_metadata` log, append mode only.
+    Binding,
+}
+
+/// How a pipeline's streaming query runs on Spark.
+#[derive(Clone, Debug)]
+pub struct SparkQueryOptions {
+    /// The Spark Connect endpoint (`sc://host:port`).
+    pub url: String,
+    /// The project root: relative file locations resolve against it.
+    pub root: PathBuf,
+    /// Spark's checkpoint location for the query (a path the cluster reaches).
+    pub checkpoint: PathBuf,
+    /// Where the result goes.
+    pub sink: SparkSink,
+    /// When micro-batches run (a continuous trigger runs as processing-time batches at
+    /// its interval; the planner warns with `ETL405`).
+    pub trigger: etlantic_core::streaming::Trigger,
+    /// Files per micro-batch for streaming sources whose pipeline declares no
+    /// `read_limit.max_files` (Spark's `maxFilesPerTrigger`); `None` reads all new files.
+    pub default_max_files: Option<usize>,
+    /// Read with Spark's `FAILFAST` mode and fail on a null required field (a pipeline
+    /// with `on_error: fail`); otherwise Spark's `PERMISSIVE` default nulls bad values.
+    pub fail_on_bad_records: bool,
+}
+
+fn spark_trigger(t: etlantic_core::streaming::Trigger) -> Trigger {
+    use etlantic_core::streaming::Trigger as T;
+    match t {
+        T::AvailableNow => Trigger::AvailableNow,
+        T::Once => Trigger::Once,
+        T::ProcessingTime(d) | T::Continuous(d) => {
+            Trigger::ProcessingTime(format!("{} milliseconds", d.as_millis()))
+        }
+    }
 }
 
 fn output_mode(m: OutputMode) -> &'static str {
@@ -186,20 +325,50 @@ pub fn progress_record(spark: &serde_json::Value, checkpoint: &str) -> serde_jso
     Value::Object(record)
 }
 
+/// The error of a failed query: bad records (Spark's `FAILFAST` reader fails the read
+/// of the file that holds one, `FAILED_READ_FILE`; the required-field assertion names
+/// `ETL703`) are `ETL705`, anything else `ETL707`; Spark's message keeps its cause.
+fn failure_of(message: &str) -> Error {
+    let first_line = message.lines().next().unwrap_or(message);
+    // `[STREAM_FAILED] Query [id = ..., runId = ...] terminated with exception: <cause>`
+    let cause = first_line
+        .split_once("terminated with exception: ")
+        .map(|(_, c)| c)
+        .unwrap_or(first_line)
+        .trim();
+    let bad = ["MALFORMED_RECORD", "FAILED_READ_FILE", "ETL703"]
+        .iter()
+        .any(|m| message.contains(m));
+    if bad {
+        Error::new(
+            &codes::BAD_RECORDS_FAIL,
+            format!("the Spark query stopped at a bad record: {cause}"),
+        )
+        .with_help("A streaming query on Spark runs with `on_error: fail`: Spark reads in FAILFAST mode, so a malformed record (or a missing required field) in the file named stops it. Fix the record and run again; the checkpoint resumes at that file.")
+    } else {
+        engine("the query failed", cause)
+    }
+}
+
 /// A running Spark streaming query of a pipeline.
 pub struct SparkStreamingQuery {
     session: SparkSession,
     query: StreamingQuery,
+    /// The memory sink's table (empty for a binding sink).
     sink: String,
+    /// A binding sink's location and the schema it is read back as.
+    sink_files: Option<(FileLocation, String)>,
     columns: Vec<String>,
     checkpoint: String,
+    /// Source id → the path Spark reads, to name Spark's sources in progress records.
+    source_paths: Vec<(String, String)>,
 }
 
 impl SparkStreamingQuery {
     /// Compiles the streaming pipeline `plan` and starts it at the Spark Connect
-    /// endpoint `url`, its sink a memory table named `sink_table`. Relative file
-    /// locations resolve against `root`. Spark's refusal of the query (an output mode
-    /// it does not support for the operators, say) is an `ETL707` error here.
+    /// endpoint `url`, its sink a memory table named `sink_table`, one new file per
+    /// source and micro-batch, at a processing-time trigger (the way the conformance
+    /// corpus drives Spark). Relative file locations resolve against `root`.
     pub fn start(
         plan: &PipelinePlan,
         url: &str,
@@ -208,7 +377,30 @@ impl SparkStreamingQuery {
         sink_table: &str,
         trigger_interval_ms: u64,
     ) -> Result<Self> {
-        let session = connect(url)?;
+        Self::start_with(
+            plan,
+            &SparkQueryOptions {
+                url: url.to_string(),
+                root: root.to_path_buf(),
+                checkpoint: checkpoint.to_path_buf(),
+                sink: SparkSink::Memory(sink_table.to_string()),
+                trigger: etlantic_core::streaming::Trigger::ProcessingTime(
+                    etlantic_core::streaming::Duration::from_millis(
+                        i64::try_from(trigger_interval_ms).unwrap_or(i64::MAX),
+                    ),
+                ),
+                default_max_files: Some(1),
+                fail_on_bad_records: false,
+            },
+        )
+    }
+
+    /// Compiles the streaming pipeline `plan` and starts it as one Spark Structured
+    /// Streaming query as `options` say. Spark's refusal of the query (an output mode
+    /// it does not support for the operators, say) is an `ETL707` error here; a sink
+    /// Spark's file sink cannot write in the pipeline's output mode is `ETL504`.
+    pub fn start_with(plan: &PipelinePlan, options: &SparkQueryOptions) -> Result<Self> {
+        let session = connect(&options.url)?;
         // The profile's streaming settings, as Spark's session settings.
         let conf = session.conf();
         let set = |k: &str, v: &str| {
@@ -231,6 +423,7 @@ impl SparkStreamingQuery {
             },
         )?;
         let mut relations: IndexMap<String, Rel> = IndexMap::new();
+        let mut source_paths = Vec::new();
         for s in &plan.sources {
             let asset = plan.assets.get(&s.asset).ok_or_else(|| {
                 Error::new(&codes::PLAN_INVALID, format!("no asset `{}`", s.asset))
@@ -240,20 +433,53 @@ impl SparkStreamingQuery {
             if let Some((format, package)) = connector_of(&asset.scheme) {
                 require_data_source(&session, format, package)?;
             }
-            let path = json_path(&asset.binding, root)?;
+            let at = FileLocation::parse(&asset.binding, &options.root)?;
+            source_paths.push((s.id.clone(), at.path.clone()));
+            let mut reader_options: Vec<(&str, String)> = at.options.clone();
+            if options.fail_on_bad_records && at.format != "parquet" {
+                reader_options.push(("mode", "FAILFAST".into()));
+            }
             let df = if s.static_refresh.is_some() {
-                session
-                    .read()
-                    .schema(ddl(&schema)?)
-                    .format("json")
-                    .load(Some(&path))
+                let mut r = session.read().schema(ddl(&schema)?).format(at.format);
+                for (k, v) in &reader_options {
+                    r = r.option(k, v);
+                }
+                r.load(Some(&at.path))
             } else {
-                session
+                let mut r = session
                     .read_stream()
-                    .format("json")
-                    .schema(ddl(&schema)?)
-                    .option("maxFilesPerTrigger", "1")
-                    .load(Some(&path))
+                    .format(at.format)
+                    .schema(ddl(&schema)?);
+                let max_files = s
+                    .read_limit
+                    .as_ref()
+                    .and_then(|l| l.max_files)
+                    .or(at.max_files)
+                    .or(options.default_max_files);
+                if let Some(n) = max_files {
+                    r = r.option("maxFilesPerTrigger", &n.to_string());
+                }
+                for (k, v) in &reader_options {
+                    r = r.option(k, v);
+                }
+                r.load(Some(&at.path))
+            };
+            // A required field that is null stops the query (`on_error: fail`):
+            // `assert_true` is null when it holds and raises otherwise.
+            let required: Vec<String> = schema
+                .fields()
+                .iter()
+                .filter(|f| !f.is_nullable())
+                .map(|f| format!("{} IS NOT NULL", ident(f.name())))
+                .collect();
+            let df = if options.fail_on_bad_records && !required.is_empty() {
+                df.filter(spark_connect::functions::expr(&format!(
+                    "assert_true({}, 'ETL703: source `{}` has a record without a required field') IS NULL",
+                    required.join(" AND "),
+                    s.id.replace('\'', "")
+                )))
+            } else {
+                df
             };
             let df = match (&s.event_time, &s.watermark) {
                 (Some(t), Some(delay)) => {
@@ -310,24 +536,69 @@ impl SparkStreamingQuery {
         let out = rel
             .df
             .select(columns.iter().map(|c| spark_connect::functions::col(c)));
-        let query = out
+        let writer = out
             .write_stream()
-            .format("memory")
-            .query_name(sink_table)
             .output_mode(output_mode(sink.output_mode))
-            .trigger(Trigger::ProcessingTime(format!(
-                "{trigger_interval_ms} milliseconds"
-            )))
-            .option("checkpointLocation", &checkpoint.display().to_string())
-            .start("")
-            .map_err(|e| engine("starting the query", e))?;
+            .trigger(spark_trigger(options.trigger))
+            .option(
+                "checkpointLocation",
+                &options.checkpoint.display().to_string(),
+            );
+        let mut sink_files = None;
+        let (query, memory) = match &options.sink {
+            SparkSink::Memory(table) => (
+                writer.format("memory").query_name(table).start(""),
+                table.clone(),
+            ),
+            SparkSink::Binding => {
+                let asset = plan.assets.get(&sink.asset).ok_or_else(|| {
+                    Error::new(&codes::PLAN_INVALID, format!("no asset `{}`", sink.asset))
+                })?;
+                let at = FileLocation::parse(&asset.binding, &options.root)?;
+                if sink.output_mode != OutputMode::Append {
+                    return Err(Error::new(
+                        &codes::SINK_MODE_UNSUPPORTED,
+                        format!(
+                            "sink `{}`: Spark's file sink writes append mode only, not {}",
+                            sink.id,
+                            output_mode(sink.output_mode)
+                        ),
+                    )
+                    .with_help("Use `output_mode: append` (windows are written once the watermark closes them)."));
+                }
+                let mut w = writer.format(at.format);
+                for (k, v) in &at.options {
+                    w = w.option(k, v);
+                }
+                if at.format == "json" || at.format == "csv" {
+                    // ETLantic's text formats: every key written, UTC timestamps with
+                    // milliseconds.
+                    w = w
+                        .option("ignoreNullFields", "false")
+                        .option("timeZone", "UTC")
+                        .option("timestampFormat", "yyyy-MM-dd'T'HH:mm:ss.SSSXXX");
+                }
+                let started = w.start(&at.path);
+                let schema = ddl(&plan.asset_contract(&sink.asset)?.arrow_schema())?;
+                sink_files = Some((at, schema));
+                (started, String::new())
+            }
+        };
+        let query = query.map_err(|e| engine("starting the query", e))?;
         Ok(SparkStreamingQuery {
             session,
             query,
-            sink: sink_table.to_string(),
+            sink: memory,
+            sink_files,
             columns,
-            checkpoint: checkpoint.display().to_string(),
+            checkpoint: options.checkpoint.display().to_string(),
+            source_paths,
         })
+    }
+
+    /// Spark's run id of the query (a new one per start, like ETLantic's).
+    pub fn run_id(&self) -> &str {
+        self.query.run_id()
     }
 
     /// Blocks until every file available now has been processed (Spark's
@@ -338,8 +609,10 @@ impl SparkStreamingQuery {
             .map_err(|e| engine("processAllAvailable", e))
     }
 
-    /// Everything the memory sink holds, as Arrow (append/update: every row emitted so
-    /// far in emission order; complete: the last result table).
+    /// Everything the sink holds, as Arrow: the memory sink's rows (append/update:
+    /// every row emitted so far in emission order; complete: the last result table),
+    /// or what Spark's file sink committed, read back through Spark (which reads only
+    /// the files its `_spark_metadata` log lists).
     pub fn sink_rows(&self) -> Result<Vec<RecordBatch>> {
         let cols = self
             .columns
@@ -347,12 +620,19 @@ impl SparkStreamingQuery {
             .map(|c| ident(c))
             .collect::<Vec<_>>()
             .join(", ");
-        let df = self
-            .session
-            .sql(&format!("SELECT {cols} FROM {}", ident(&self.sink)))
-            .map_err(|e| engine("reading the memory sink", e))?;
+        let df = match &self.sink_files {
+            None => self
+                .session
+                .sql(&format!("SELECT {cols} FROM {}", ident(&self.sink)))
+                .map_err(|e| engine("reading the memory sink", e))?,
+            Some((at, schema)) => read_files(&self.session, at, schema).select(
+                self.columns
+                    .iter()
+                    .map(|c| spark_connect::functions::col(c)),
+            ),
+        };
         df.collect_record_batches()
-            .map_err(|e| engine("reading the memory sink", e))
+            .map_err(|e| engine("reading the sink", e))
     }
 
     /// Spark's last progress record (its own JSON).
@@ -365,7 +645,8 @@ impl SparkStreamingQuery {
     }
 
     /// Spark's recent progress records as ETLantic progress records
-    /// ([`progress_record`]), oldest first.
+    /// ([`progress_record`]), oldest first. A source's `description` starts with the
+    /// pipeline's source id (`clicks FileStreamSource[file:/...]`).
     pub fn recent_progress(&self) -> Result<Vec<serde_json::Value>> {
         let records = self
             .query
@@ -374,8 +655,77 @@ impl SparkStreamingQuery {
         Ok(records
             .iter()
             .filter_map(|text| serde_json::from_str(text).ok())
-            .map(|p| progress_record(&p, &self.checkpoint))
+            .map(|p| self.record(&p))
             .collect())
+    }
+
+    fn record(&self, spark: &serde_json::Value) -> serde_json::Value {
+        let mut r = progress_record(spark, &self.checkpoint);
+        for source in r["sources"].as_array_mut().into_iter().flatten() {
+            let description = source["description"].as_str().unwrap_or("").to_string();
+            // Spark names a file source by its path (`file:/abs/dir`).
+            let id = self.source_paths.iter().find(|(_, path)| {
+                description
+                    .trim_end_matches(']')
+                    .trim_end_matches('/')
+                    .ends_with(path.trim_end_matches('/'))
+            });
+            if let Some((id, _)) = id {
+                source["description"] = serde_json::json!(format!("{id} {description}"));
+            }
+        }
+        r
+    }
+
+    /// Runs the query until it ends by itself (`available_now`, `once`), `stop` is set,
+    /// or `max_batches` micro-batches with data have run; every new progress record goes
+    /// to `on_progress` as it appears. A query that fails is an error: `ETL705` when
+    /// Spark's reader met a malformed record or a required field was null (the
+    /// pipeline runs with `on_error: fail`), else `ETL707` with Spark's message.
+    pub fn drive(
+        &self,
+        stop: &std::sync::atomic::AtomicBool,
+        max_batches: Option<u64>,
+        on_progress: &dyn Fn(&serde_json::Value),
+    ) -> Result<()> {
+        // (the next batch id to deliver, data micro-batches so far)
+        let mut seen: (i64, u64) = (0, 0);
+        let deliver = |seen: &mut (i64, u64)| -> Result<()> {
+            for r in self.recent_progress()? {
+                let id = r["batchId"].as_i64().unwrap_or(-1);
+                if id < seen.0 {
+                    continue;
+                }
+                seen.0 = id + 1;
+                if r["kind"] == "data" {
+                    seen.1 += 1;
+                }
+                on_progress(&r);
+            }
+            Ok(())
+        };
+        loop {
+            let ended = self
+                .query
+                .await_termination(Some(0.2))
+                .map_err(|e| self.failure(e))?;
+            deliver(&mut seen)?;
+            if let Some(e) = self.query.exception().map_err(|e| engine("exception", e))? {
+                return Err(failure_of(&format!("{} {}", e.error_class, e.message)));
+            }
+            if ended == Some(true) {
+                return Ok(());
+            }
+            let reached = max_batches.is_some_and(|n| seen.1 >= n);
+            if reached || stop.load(std::sync::atomic::Ordering::Relaxed) {
+                self.stop()?;
+                return deliver(&mut seen);
+            }
+        }
+    }
+
+    fn failure(&self, e: impl std::fmt::Display) -> Error {
+        failure_of(&e.to_string())
     }
 
     /// Spark's status of the query: its message, whether data is available, whether a

@@ -91,5 +91,6 @@ pub fn capabilities(dialect: Dialect) -> BackendCapabilities {
             Dialect::Postgres => vec!["postgres".into(), "postgresql".into()],
             Dialect::Sqlite => vec!["sqlite".into()],
         },
+        streaming: Default::default(),
     }
 }

@@ -629,6 +629,33 @@ fn main() {
                     c.actions.len(),
                     c.functions.len()
                 );
+                if c.region_kinds
+                    .contains(&etlantic_core::plugin::RegionKind::Streaming)
+                {
+                    let s = &c.streaming;
+                    println!(
+                        "  {:<12} streaming: late policies [{}]; quarantine {}{}",
+                        "",
+                        s.late_policies.join(", "),
+                        if s.quarantine {
+                            "yes"
+                        } else {
+                            "no (on_error: fail)"
+                        },
+                        if s.whole_query {
+                            format!(
+                                "; the whole query, reading and writing {} itself",
+                                s.io_schemes
+                                    .iter()
+                                    .map(|x| format!("{x}://"))
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            )
+                        } else {
+                            String::new()
+                        }
+                    );
+                }
             }
             println!("Sources:");
             for s in etlantic_core::plugin::source_providers() {
@@ -716,7 +743,14 @@ fn run_plan(p: &PipelinePlan, root: &Path, format: Format, max_batches: Option<u
                 );
             }
             for s in &report.sinks {
-                println!("  sink   {:<16} {} rows written", s.id, s.rows);
+                if s.rows_unknown {
+                    println!(
+                        "  sink   {:<16} rows written not reported by the backend",
+                        s.id
+                    );
+                } else {
+                    println!("  sink   {:<16} {} rows written", s.id, s.rows);
+                }
             }
             if report.quarantined > 0 {
                 println!(

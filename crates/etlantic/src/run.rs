@@ -40,6 +40,10 @@ pub struct SinkReport {
     pub id: String,
     /// Rows written.
     pub rows: u64,
+    /// The backend did not report the rows it wrote (Spark's file sink reports -1):
+    /// `rows` is then not a count.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub rows_unknown: bool,
 }
 
 /// One contract quality rule's outcome over a run (summed over the micro-batches of a
@@ -460,6 +464,7 @@ async fn run_batch_inner(
         report.sinks.push(SinkReport {
             id: s.id.clone(),
             rows,
+            rows_unknown: false,
         });
     }
     drop(quarantine);
@@ -590,11 +595,13 @@ pub async fn run_streaming(plan: &PipelinePlan, ctx: &RunContext, run: Streaming
         0u64,
     )));
     let quality_totals = std::sync::Arc::new(std::sync::Mutex::new(Vec::<QualityReport>::new()));
+    let sink_rows_unknown = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let result: Result<()> = async {
         let checkpoint = checkpoint_dir(plan, ctx)?;
         let resolver_ctx = ctx.clone();
         let t = totals.clone();
         let quality = quality_totals.clone();
+        let unknown = sink_rows_unknown.clone();
         let user = run.on_progress.clone();
         let listener: etlantic_datafusion::streaming::ProgressListener =
             std::sync::Arc::new(move |p: &serde_json::Value| {
@@ -610,6 +617,9 @@ pub async fn run_streaming(plan: &PipelinePlan, ctx: &RunContext, run: Streaming
                         *g.0.entry(id).or_default() += s["numInputRows"].as_u64().unwrap_or(0);
                     }
                     g.1 += p["sink"]["numOutputRows"].as_u64().unwrap_or(0);
+                    if p["sink"]["numOutputRows"].as_i64().is_some_and(|n| n < 0) {
+                        unknown.store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
                     g.2 += p["quarantinedRows"].as_u64().unwrap_or(0);
                 }
                 if let Ok(mut q) = quality.lock() {
@@ -624,6 +634,11 @@ pub async fn run_streaming(plan: &PipelinePlan, ctx: &RunContext, run: Streaming
                     u(p);
                 }
             });
+        if let Some(region) = whole_query_region(plan) {
+            return run_whole_query(plan, ctx, region, checkpoint, listener, &run)
+                .await
+                .map(|run_id| report.run_id = run_id);
+        }
         let mut opts =
             etlantic_datafusion::streaming::StreamingOptions::new(ctx.root.clone(), checkpoint);
         opts.resolve =
@@ -659,6 +674,7 @@ pub async fn run_streaming(plan: &PipelinePlan, ctx: &RunContext, run: Streaming
                 .collect::<Vec<_>>()
                 .join(","),
             rows: g.1,
+            rows_unknown: sink_rows_unknown.load(std::sync::atomic::Ordering::Relaxed),
         }];
         report.quarantined = g.2;
     }
@@ -670,6 +686,128 @@ pub async fn run_streaming(plan: &PipelinePlan, ctx: &RunContext, run: Streaming
     }
     report.duration_ms = started.elapsed().as_millis() as u64;
     report
+}
+
+/// The region of a streaming plan that runs the whole query in another system (on a
+/// backend whose streaming regions are whole queries, such as Spark), if any. The
+/// planner makes sure such a region holds every transformation (`ETL507`).
+fn whole_query_region(plan: &PipelinePlan) -> Option<&etlantic_plan::plan::Region> {
+    plan.regions.iter().find(|r| {
+        r.kind == plugin::RegionKind::Streaming
+            && plugin::backend(&r.backend).is_some_and(|b| b.capabilities().streaming.whole_query)
+    })
+}
+
+/// Runs a streaming plan as one query on the backend of `region` (Spark): its endpoint
+/// is the region's location, its checkpoint the plan's; Spark's progress records,
+/// mapped into ETLantic's, go to `listener`. Returns Spark's run id.
+#[cfg(feature = "spark")]
+async fn run_whole_query(
+    plan: &PipelinePlan,
+    ctx: &RunContext,
+    region: &etlantic_plan::plan::Region,
+    checkpoint: PathBuf,
+    listener: etlantic_datafusion::streaming::ProgressListener,
+    run: &StreamingRun,
+) -> Result<String> {
+    use etlantic_spark_compat::streaming::{SparkQueryOptions, SparkSink, SparkStreamingQuery};
+    if region.backend != "spark" {
+        return Err(Error::new(
+            &codes::NO_BACKEND,
+            format!(
+                "this build runs whole streaming queries on Spark only, not on `{}`",
+                region.backend
+            ),
+        ));
+    }
+    let place = region.location.as_deref().ok_or_else(|| {
+        Error::new(
+            &codes::REGION_LOCATION,
+            format!("region {} runs on Spark but has no endpoint", region.id),
+        )
+        .with_help(
+            "Name the endpoint under `endpoints:` in the profile (e.g. `spark: sc://host:15002`).",
+        )
+    })?;
+    let url = etlantic_spark_compat::backend::endpoint_url(&ctx.resolve_uri(place)?)?;
+    let options = SparkQueryOptions {
+        url,
+        root: ctx.root.clone(),
+        checkpoint,
+        sink: SparkSink::Binding,
+        trigger: plan.profile.trigger.unwrap_or_default(),
+        default_max_files: None,
+        fail_on_bad_records: plan.profile.on_error == OnError::Fail,
+    };
+    // Spark's progress, mapped into ETLantic's records, is kept where the embedded
+    // runtime keeps its own: `<checkpoint>/progress.jsonl`.
+    std::fs::create_dir_all(&options.checkpoint).map_err(|e| {
+        Error::new(
+            &codes::IO_ERROR,
+            format!("cannot create {}: {e}", options.checkpoint.display()),
+        )
+    })?;
+    let log_path = options.checkpoint.join("progress.jsonl");
+    let plan = plan.clone();
+    let stop = run.stop.clone();
+    let max_batches = run.max_batches;
+    // The Spark Connect client blocks: it runs on a blocking thread.
+    tokio::task::spawn_blocking(move || {
+        let query = SparkStreamingQuery::start_with(&plan, &options)?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(|e| {
+                Error::new(
+                    &codes::IO_ERROR,
+                    format!("cannot open {}: {e}", log_path.display()),
+                )
+            })?;
+        let log_failed = std::sync::atomic::AtomicBool::new(false);
+        let record = |p: &serde_json::Value| {
+            use std::io::Write;
+            if writeln!(&log, "{p}").is_err() {
+                log_failed.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            listener(p)
+        };
+        query.drive(&stop, max_batches, &record)?;
+        if log_failed.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(Error::new(
+                &codes::IO_ERROR,
+                format!("cannot append to {}", log_path.display()),
+            ));
+        }
+        Ok(query.run_id().to_string())
+    })
+    .await
+    .map_err(|e| {
+        Error::new(
+            &codes::ENGINE_ERROR,
+            format!("the Spark driver thread failed: {e}"),
+        )
+    })?
+}
+
+/// Without the `spark` feature no whole-query backend is linked, so the planner never
+/// places such a region.
+#[cfg(not(feature = "spark"))]
+async fn run_whole_query(
+    _plan: &PipelinePlan,
+    _ctx: &RunContext,
+    region: &etlantic_plan::plan::Region,
+    _checkpoint: PathBuf,
+    _listener: etlantic_datafusion::streaming::ProgressListener,
+    _run: &StreamingRun,
+) -> Result<String> {
+    Err(Error::new(
+        &codes::NO_BACKEND,
+        format!(
+            "backend `{}` is not linked (cargo feature `spark`)",
+            region.backend
+        ),
+    ))
 }
 
 /// The checkpoint directory of a streaming plan.

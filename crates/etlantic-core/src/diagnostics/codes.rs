@@ -232,6 +232,9 @@ catalogue! {
     REGION_LOCATION = ("ETL506", "region-location", Capability, Error,
         "A region is placed where its backend cannot run it (e.g. an SQL region with no database).",
         "Give the SQL region a database: read or write a postgres:// or sqlite:// asset in it, or name one under `sql_regions:` in the profile.");
+    STREAMING_REGION_UNSUPPORTED = ("ETL507", "streaming-region-unsupported", Capability, Error,
+        "The backend of a streaming region cannot give what the pipeline asks for: a late-event policy, quarantine of bad records, a source or sink it cannot read or write itself, or (for a backend that runs whole queries, like Spark) a region that holds only part of the query.",
+        "Place every transformation of the streaming pipeline on that backend or none, use a late policy and `on_error` it declares (`etlantic plugins` lists them), or run the pipeline on the embedded runtime.");
     STATIC_SOURCE_UNBOUNDED = ("ETL530", "static-source-unbounded", Capability, Error,
         "A static source is bound to a plugin that cannot read it as a bounded table.",
         "Bind the static asset to a finite file or table (file://, delta://, sqlite://...), or make it a streaming source.");

@@ -43,12 +43,61 @@ pub struct BackendCapabilities {
     /// a region to the binding of an asset it reads or writes with one of these schemes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub location_schemes: Vec<String>,
+    /// What its streaming regions provide beyond the actions; read only for backends
+    /// whose `region_kinds` include [`RegionKind::Streaming`].
+    #[serde(default)]
+    pub streaming: StreamingSupport,
+}
+
+/// What a backend's streaming regions do besides running the steps: the planner refuses
+/// (`ETL507`) a streaming pipeline that asks a region's backend for more.
+///
+/// An implementer declares only what its streaming execution really does: a policy
+/// listed here must be applied to every late row, and `quarantine: true` means every
+/// malformed record and every record breaking a record-level contract rule reaches the
+/// quarantine output with its reason and source position (never dropped, never nulled).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamingSupport {
+    /// The late-event policies it applies, by name (`drop`, `accept`, `quarantine`,
+    /// `side_output`; see [`crate::streaming::LatePolicy::name`]).
+    #[serde(default)]
+    pub late_policies: Vec<String>,
+    /// Whether bad records go to the quarantine output. Without it the pipeline must run
+    /// with `on_error: fail` (the query stops at the first bad record).
+    #[serde(default)]
+    pub quarantine: bool,
+    /// Whether a streaming region on it is a whole query in another system: it reads
+    /// the sources and writes the sinks itself, so it must hold every transformation of
+    /// the pipeline. Otherwise the embedded runtime drives it micro-batch by
+    /// micro-batch.
+    #[serde(default)]
+    pub whole_query: bool,
+    /// For a whole-query backend: the binding schemes of the sources and sinks it reads
+    /// and writes itself (e.g. `file`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub io_schemes: Vec<String>,
+    /// Action ids its streaming regions run when that list differs from
+    /// [`BackendCapabilities::actions`] (empty: the same list). A backend whose
+    /// incremental operators differ from its batch ones (Spark's `window` aggregation
+    /// runs only on streams here) lists them here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub actions: Vec<String>,
 }
 
 impl BackendCapabilities {
-    /// Whether an action id is supported.
+    /// Whether an action id is supported in batch regions.
     pub fn supports_action(&self, id: &str) -> bool {
         self.actions.iter().any(|a| a == id)
+    }
+
+    /// Whether an action id is supported in regions of `kind` (streaming regions use
+    /// [`StreamingSupport::actions`] when the backend lists any).
+    pub fn supports_action_in(&self, kind: RegionKind, id: &str) -> bool {
+        if kind == RegionKind::Streaming && !self.streaming.actions.is_empty() {
+            self.streaming.actions.iter().any(|a| a == id)
+        } else {
+            self.supports_action(id)
+        }
     }
 
     /// Whether a function id is supported.

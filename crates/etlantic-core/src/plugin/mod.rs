@@ -18,7 +18,8 @@ mod sink;
 mod source;
 
 pub use backend::{
-    Backend, BackendCapabilities, RegionKind, RegionLocation, StepLogic, StepTask, TransformImpl,
+    Backend, BackendCapabilities, RegionKind, RegionLocation, StepLogic, StepTask,
+    StreamingSupport, TransformImpl,
 };
 pub use processor::{
     ExpiredTimer, GroupKey, ListState, MapState, ProcessorContext, ProcessorInit,

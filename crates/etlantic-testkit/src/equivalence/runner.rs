@@ -20,7 +20,7 @@ use etlantic_core::data::Table;
 use etlantic_core::diagnostics::Error;
 use etlantic_core::ir::{TransformPlan, TransformPlanBuilder};
 use etlantic_core::model::{Pipeline, SinkDef, SourceDef, TransformBuilder};
-use etlantic_core::plugin::{Backend, StepLogic, StepTask};
+use etlantic_core::plugin::{Backend, RegionKind, StepLogic, StepTask};
 use etlantic_core::profile::Profile;
 use etlantic_core::streaming::{ExecutionMode, LatePolicy, OutputMode, Trigger};
 use etlantic_datafusion::streaming::{StreamingOptions, StreamingQuery};
@@ -169,7 +169,7 @@ pub async fn run_case(case: &Case, backend: &BackendUnderTest) -> Outcome {
 
 async fn run_batch(case: &Case, backend: &dyn Backend) -> Result<Table, Outcome> {
     let task = step_task(case).map_err(Outcome::Fail)?;
-    etlantic_plan::capability::check_step(backend, &task.id, &task.logic)
+    etlantic_plan::capability::check_step(backend, &task.id, &task.logic, RegionKind::Batch)
         .map_err(|e| refusal(&e))?;
     let tables = case.tables().map_err(Outcome::Fail)?;
     let schemas: IndexMap<String, SchemaRef> = tables
