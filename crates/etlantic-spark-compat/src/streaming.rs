@@ -678,8 +678,10 @@ impl SparkStreamingQuery {
     }
 
     /// Runs the query until it ends by itself (`available_now`, `once`), `stop` is set,
-    /// or `max_batches` micro-batches with data have run; every new progress record goes
-    /// to `on_progress` as it appears. A query that fails is an error: `ETL705` when
+    /// or `max_batches` micro-batches (with data or without) have run; every new
+    /// progress record goes to `on_progress` as it appears. Spark runs the query on its
+    /// own schedule and this polls it five times a second, so a processing-time trigger
+    /// shorter than that may run one micro-batch more before the query stops. A query that fails is an error: `ETL705` when
     /// Spark's reader met a malformed record or a required field was null (the
     /// pipeline runs with `on_error: fail`), else `ETL707` with Spark's message.
     pub fn drive(
@@ -688,7 +690,7 @@ impl SparkStreamingQuery {
         max_batches: Option<u64>,
         on_progress: &dyn Fn(&serde_json::Value),
     ) -> Result<()> {
-        // (the next batch id to deliver, data micro-batches so far)
+        // (the next batch id to deliver, micro-batches run so far)
         let mut seen: (i64, u64) = (0, 0);
         let deliver = |seen: &mut (i64, u64)| -> Result<()> {
             for r in self.recent_progress()? {
@@ -697,9 +699,7 @@ impl SparkStreamingQuery {
                     continue;
                 }
                 seen.0 = id + 1;
-                if r["kind"] == "data" {
-                    seen.1 += 1;
-                }
+                seen.1 += 1;
                 on_progress(&r);
             }
             Ok(())

@@ -275,6 +275,47 @@ fn a_streaming_pipeline_on_spark_writes_what_the_embedded_runtime_writes() {
     let o = etlantic(spark.path(), &["run", "pipeline.yaml", "--format", "json"]);
     assert!(o.status.success(), "{}", describe(&o));
     assert_eq!(spark_rows(spark.path()), expected);
+
+    // A processing-time trigger stopped after two micro-batches (`--max-batches`), then
+    // resumed from Spark's checkpoint to the end: the same output.
+    let paced = tempfile::tempdir().unwrap();
+    project(paced.path(), &on_spark(&server.url()), &files);
+    let profile = std::fs::read_to_string(paced.path().join("profiles/local.yaml")).unwrap();
+    std::fs::write(
+        paced.path().join("profiles/local.yaml"),
+        profile.replace(
+            "trigger: available_now",
+            "trigger: processing_time 3 seconds",
+        ),
+    )
+    .unwrap();
+    let o = etlantic(
+        paced.path(),
+        &[
+            "run",
+            "pipeline.yaml",
+            "--format",
+            "json",
+            "--max-batches",
+            "2",
+        ],
+    );
+    assert!(o.status.success(), "{}", describe(&o));
+    let report: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(report["sources"][0]["rows"], 5, "files 0 and 1: {report}");
+    assert!(
+        !paced.path().join("out/counts/_spark_metadata/2").exists(),
+        "the query stopped after two micro-batches"
+    );
+    std::fs::write(paced.path().join("profiles/local.yaml"), profile).unwrap();
+    let o = etlantic(paced.path(), &["run", "pipeline.yaml", "--format", "json"]);
+    assert!(o.status.success(), "{}", describe(&o));
+    let report: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        report["sources"][0]["rows"], 6,
+        "the other four files: {report}"
+    );
+    assert_eq!(spark_rows(paced.path()), expected);
 }
 
 #[test]
