@@ -18,7 +18,10 @@
 //! in between, like Spark's HDFS state store (`N.snapshot` and `N.delta`) and RocksDB's
 //! changelog checkpointing. A version is read as the newest whole snapshot at or before it
 //! with the changes after it applied in order (none before the first snapshot: the state
-//! of version 0 is empty).
+//! of version 0 is empty). The changes are written before the commit; the whole snapshot
+//! in the background after them (the query skips one while the previous is still being
+//! written), so a version can have both. Files are removed only once a later whole
+//! snapshot is durable (see [`StateFiles::write`]).
 //!
 //! Every file is written atomically: a temporary file in the same directory, `fsync`,
 //! `rename`, then `fsync` of the directory, so a crash leaves either the old or the new
@@ -301,22 +304,47 @@ impl StateFiles {
         write_atomic(path, &buf)
     }
 
-    /// Removes the files of versions no chain can need any more, keeping the last
-    /// [`KEPT_VERSIONS`] for inspection (a chain reaches back at most
-    /// [`FULL_SNAPSHOT_EVERY`] versions).
+    /// Called once the whole snapshot of `version` is durable: removes the files of
+    /// versions no chain can need any more. A restart may still re-run the batch before
+    /// `version`, whose chain reaches back to the previous whole snapshot, so files
+    /// before that one go, and only those more than [`KEPT_VERSIONS`] back (the rest
+    /// stay for inspection). Changes alone never remove anything: the chain of the
+    /// newest version reaches back to the newest whole snapshot, however old it is (a
+    /// snapshot written in the background may have been skipped).
     fn forget_before(&self, op: &str, version: u64) {
-        if version > KEPT_VERSIONS {
-            let old = version - KEPT_VERSIONS;
-            let _ = fs::remove_file(self.path(op, old));
-            let _ = fs::remove_file(self.delta_path(op, old));
+        let Ok(entries) = fs::read_dir(self.root.join(op)) else {
+            return;
+        };
+        let files: Vec<(u64, bool, PathBuf)> = entries
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().to_str()?.to_string();
+                let (number, whole) = match name.strip_suffix(".delta.arrow") {
+                    Some(n) => (n, false),
+                    None => (name.strip_suffix(".arrow")?, true),
+                };
+                Some((number.parse().ok()?, whole, e.path()))
+            })
+            .collect();
+        let Some(previous) = files
+            .iter()
+            .filter(|(v, whole, _)| *whole && *v < version)
+            .map(|(v, _, _)| *v)
+            .max()
+        else {
+            return;
+        };
+        let oldest_kept = previous.min(version.saturating_sub(KEPT_VERSIONS));
+        for (v, _, path) in &files {
+            if *v < oldest_kept {
+                let _ = fs::remove_file(path);
+            }
         }
     }
 
     /// Writes an operator's whole snapshot for `version` atomically and durably.
     pub fn write(&self, op: &str, version: u64, state: &RecordBatch) -> Result<()> {
         self.write_file(&self.path(op, version), state)?;
-        // A re-run batch may have written the other kind before the crash.
-        let _ = fs::remove_file(self.delta_path(op, version));
         self.forget_before(op, version);
         Ok(())
     }
@@ -324,8 +352,9 @@ impl StateFiles {
     /// Writes an operator's changes since `version - 1` (see [`changes_batch`]).
     pub fn write_changes(&self, op: &str, version: u64, changes: &RecordBatch) -> Result<()> {
         self.write_file(&self.delta_path(op, version), changes)?;
+        // A whole snapshot of this version from before a crash belongs to a run of the
+        // batch that did not commit; the chain must use these changes instead.
         let _ = fs::remove_file(self.path(op, version));
-        self.forget_before(op, version);
         Ok(())
     }
 
@@ -627,12 +656,32 @@ mod tests {
         assert_eq!(e.code(), "ETL801", "{e}");
         // Changes for an operator without a changelog are refused, not misread.
         assert!(files.read_chain("j", 4, None).is_err());
-        // Old versions are forgotten once no chain needs them.
+        // Changes alone forget nothing: the chain still starts at the snapshot of 3.
         for v in 5..=(KEPT_VERSIONS + 5) {
             files.write_changes("j", v, &changes(&[], &[])).unwrap();
         }
-        assert!(!dir.path().join("state/j/4.delta.arrow").exists());
-        assert!(dir.path().join("state/j/6.delta.arrow").exists());
+        assert!(dir.path().join("state/j/4.delta.arrow").exists());
+        let v25 = files
+            .read_chain("j", KEPT_VERSIONS + 5, id)
+            .unwrap()
+            .unwrap();
+        assert_eq!(rows(&v25), vec![(3, "c".into()), (5, "e".into())]);
+        // A whole snapshot at 26 keeps everything from the previous one (3) on: a
+        // restart may re-run batch 25, whose chain starts there.
+        let whole = state(&[(3, "c"), (5, "e")]);
+        files.write("j", 26, &whole).unwrap();
+        assert!(dir.path().join("state/j/3.arrow").exists());
+        assert!(dir.path().join("state/j/4.delta.arrow").exists());
+        // The next one (30) forgets what is before 26 and more than KEPT_VERSIONS back.
+        for v in 27..30 {
+            files.write_changes("j", v, &changes(&[], &[])).unwrap();
+        }
+        files.write("j", 30, &whole).unwrap();
+        assert!(!dir.path().join("state/j/3.arrow").exists());
+        assert!(!dir.path().join("state/j/9.delta.arrow").exists());
+        assert!(dir.path().join("state/j/10.delta.arrow").exists());
+        let v29 = files.read_chain("j", 29, id).unwrap().unwrap();
+        assert_eq!(rows(&v29), vec![(3, "c".into()), (5, "e".into())]);
     }
 
     #[test]

@@ -214,6 +214,8 @@ pub struct StreamingQuery {
     batches_run: u64,
     /// A micro-batch that failed half-way (the query must be restarted).
     failed_batch: Option<u64>,
+    /// Whole snapshots of changelog operators being written in the background.
+    background_snapshot: Option<tokio::task::JoinHandle<Result<()>>>,
 }
 
 /// The columns of a source the streaming region reads, when it provably reads fewer
@@ -649,6 +651,7 @@ impl StreamingQuery {
             last_progress: None,
             batches_run: 0,
             failed_batch: None,
+            background_snapshot: None,
             opts,
         };
         q.recover()?;
@@ -805,6 +808,7 @@ impl StreamingQuery {
 
     /// Closes sinks (and the stateful operators).
     pub async fn close(&mut self) -> Result<()> {
+        self.finish_background_snapshot().await?;
         for s in self.sinks.iter_mut() {
             s.sink.close().await?;
         }
@@ -814,6 +818,21 @@ impl StreamingQuery {
                     s.op.close()?;
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Waits for the whole snapshot being written in the background, if any. Its
+    /// failure is reported (the changes it would have shortened the chain of are
+    /// durable, so nothing is lost, but a checkpoint that cannot be written is a fault).
+    async fn finish_background_snapshot(&mut self) -> Result<()> {
+        if let Some(h) = self.background_snapshot.take() {
+            h.await.map_err(|e| {
+                Error::new(
+                    &codes::ENGINE_ERROR,
+                    format!("writing a state snapshot in the background failed: {e}"),
+                )
+            })??;
         }
         Ok(())
     }
@@ -1205,15 +1224,33 @@ impl StreamingQuery {
         // restart overwrites when it re-runs the batch.
         // An operator with a changelog writes its changes, and a whole snapshot every
         // `FULL_SNAPSHOT_EVERY` versions (see `super::checkpoint`).
+        // That snapshot is taken now but written in the background after the changes
+        // are durable (like the maintenance thread of Spark's RocksDB changelog
+        // checkpointing): the changes alone make the version recoverable, so the commit
+        // never waits for it. One is in flight at a time; while one is, the next is
+        // skipped and the chain just grows longer.
         let version = batch_id + 1;
         let full_version = version.is_multiple_of(super::checkpoint::FULL_SNAPSHOT_EVERY);
+        let previous_done = self
+            .background_snapshot
+            .as_ref()
+            .is_none_or(|h| h.is_finished());
+        if previous_done {
+            self.finish_background_snapshot().await?;
+        }
         let mut snapshots = Vec::new();
+        let mut background = Vec::new();
         for t in self.transforms.iter_mut() {
             for u in t.units.iter_mut() {
                 if let Unit::Stateful(s) = u {
                     let state = match s.op.changes()? {
-                        Some(changes) if !full_version => StateWrite::Changes(changes),
-                        _ => StateWrite::Whole(s.op.snapshot()?),
+                        Some(changes) => {
+                            if full_version && previous_done {
+                                background.push((s.id.clone(), s.op.snapshot()?));
+                            }
+                            StateWrite::Changes(changes)
+                        }
+                        None => StateWrite::Whole(s.op.snapshot()?),
                     };
                     snapshots.push((s.id.clone(), state));
                 }
@@ -1312,6 +1349,15 @@ impl StreamingQuery {
                     format!("writing the state of batch {batch_id} failed: {e}"),
                 )
             })??;
+        }
+        if !background.is_empty() {
+            let files = self.checkpoint.state_files();
+            self.background_snapshot = Some(tokio::task::spawn_blocking(move || {
+                for (id, state) in &background {
+                    files.write(id, version, state)?;
+                }
+                Ok(())
+            }));
         }
         self.maybe_fail(FailPoint::AfterState, batch_id);
         let batch_watermark = entry.batch_watermark_ms;
