@@ -74,6 +74,10 @@ pub struct StreamingOptions {
     /// timers) come from it. The system clock unless a test injects a
     /// [`super::clock::ManualClock`].
     pub clock: super::clock::Clock,
+    /// Write the periodic whole snapshot of a changelog operator in the background
+    /// (default) instead of before the commit. Either way the version is recoverable;
+    /// this only moves the snapshot's write out of the micro-batch's critical path.
+    pub background_snapshots: bool,
 }
 
 impl StreamingOptions {
@@ -87,6 +91,7 @@ impl StreamingOptions {
             stop: Arc::new(AtomicBool::new(false)),
             max_batches: None,
             clock: super::clock::system_clock(),
+            background_snapshots: true,
         }
     }
 }
@@ -1244,6 +1249,9 @@ impl StreamingQuery {
             for u in t.units.iter_mut() {
                 if let Unit::Stateful(s) = u {
                     let state = match s.op.changes()? {
+                        Some(_) if full_version && !self.opts.background_snapshots => {
+                            StateWrite::Whole(s.op.snapshot()?)
+                        }
                         Some(changes) => {
                             if full_version && previous_done {
                                 background.push((s.id.clone(), s.op.snapshot()?));
