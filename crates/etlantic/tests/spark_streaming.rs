@@ -7,10 +7,9 @@
 //! query on Spark, `on_error: quarantine`, a late-event policy other than `drop`.
 
 mod common;
-use common::crash::{click, describe, window, CLICKS, COUNTS};
+use common::crash::{canonical_window as canonical, click, describe, window, CLICKS, COUNTS};
 
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -115,21 +114,6 @@ fn etlantic(dir: &Path, args: &[&str]) -> Output {
 
 fn on_spark(url: &str) -> String {
     format!("engines:\n  per_minute: spark\nendpoints:\n  spark: {url}\n")
-}
-
-/// A window row as `window()` spells it: timestamps in UTC with milliseconds.
-fn canonical(line: &str) -> String {
-    let mut v: BTreeMap<String, Value> = serde_json::from_str(line).unwrap();
-    for k in ["window_start", "window_end"] {
-        let t = chrono::DateTime::parse_from_rfc3339(v[k].as_str().unwrap()).unwrap();
-        v.insert(
-            k.into(),
-            json!(t
-                .with_timezone(&chrono::Utc)
-                .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
-        );
-    }
-    serde_json::to_string(&v).unwrap()
 }
 
 /// The rows the embedded runtime committed (its `_etlantic_sink` log).

@@ -90,19 +90,12 @@ fn committed(dir: &Path) -> Vec<String> {
             w.write(b).unwrap();
             w.finish().unwrap();
         }
-        for line in String::from_utf8(buf).unwrap().lines() {
-            let mut v: BTreeMap<String, Value> = serde_json::from_str(line).unwrap();
-            for k in ["window_start", "window_end"] {
-                let t = chrono::DateTime::parse_from_rfc3339(v[k].as_str().unwrap()).unwrap();
-                v.insert(
-                    k.into(),
-                    json!(t
-                        .with_timezone(&chrono::Utc)
-                        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
-                );
-            }
-            rows.push(serde_json::to_string(&v).unwrap());
-        }
+        rows.extend(
+            String::from_utf8(buf)
+                .unwrap()
+                .lines()
+                .map(canonical_window),
+        );
     }
     rows.sort();
     rows

@@ -120,3 +120,19 @@ pub fn window(start: &str, end: &str, campaign: &str, n: i64) -> String {
     ]);
     serde_json::to_string(&v).unwrap()
 }
+
+/// A window row (a JSON object) as [`window`] spells it: its timestamps in UTC with
+/// milliseconds, keys sorted.
+pub fn canonical_window(line: &str) -> String {
+    let mut v: BTreeMap<String, Value> = serde_json::from_str(line).unwrap();
+    for k in ["window_start", "window_end"] {
+        let t = chrono::DateTime::parse_from_rfc3339(v[k].as_str().unwrap()).unwrap();
+        v.insert(
+            k.into(),
+            json!(t
+                .with_timezone(&chrono::Utc)
+                .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
+        );
+    }
+    serde_json::to_string(&v).unwrap()
+}
