@@ -38,13 +38,13 @@ use arrow::ipc::writer::{FileWriter, IpcWriteOptions};
 use arrow::ipc::CompressionType;
 use arrow::row::{RowConverter, SortField};
 use etlantic_core::diagnostics::{codes, Diagnostic, Error, Result};
-use etlantic_core::durable::write_atomic;
+use etlantic_core::durable::{write_atomic, write_atomic_with};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashSet};
 use std::fs::{self, File, OpenOptions};
-use std::io::Write;
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -288,20 +288,26 @@ impl StateFiles {
     }
 
     fn write_file(&self, path: &Path, batch: &RecordBatch) -> Result<()> {
-        let mut buf = Vec::new();
-        {
-            // LZ4 frames: state holds long runs of nulls (a join side's columns in the
-            // other side's rows, removed rows) and repeated values; compressing costs
-            // less than writing and syncing them. Readers decompress transparently.
-            let options = IpcWriteOptions::default()
-                .try_with_compression(Some(CompressionType::LZ4_FRAME))
-                .map_err(|e| io_err(&self.root, e))?;
-            let mut w = FileWriter::try_new_with_options(&mut buf, &batch.schema(), options)
-                .map_err(|e| io_err(&self.root, e))?;
-            w.write(batch).map_err(|e| io_err(&self.root, e))?;
-            w.finish().map_err(|e| io_err(&self.root, e))?;
-        }
-        write_atomic(path, &buf)
+        // Encoded straight into the file (through a buffer): a micro-batch's state can
+        // be tens of MB, which an in-memory copy would allocate (and fault in) again
+        // for every file.
+        write_atomic_with(path, |file| {
+            let mut out = BufWriter::with_capacity(1 << 20, file);
+            {
+                // LZ4 frames: state holds long runs of nulls (a join side's columns in
+                // the other side's rows, removed rows) and repeated values; compressing
+                // costs less than writing and syncing them. Readers decompress
+                // transparently.
+                let options = IpcWriteOptions::default()
+                    .try_with_compression(Some(CompressionType::LZ4_FRAME))
+                    .map_err(|e| io_err(path, e))?;
+                let mut w = FileWriter::try_new_with_options(&mut out, &batch.schema(), options)
+                    .map_err(|e| io_err(path, e))?;
+                w.write(batch).map_err(|e| io_err(path, e))?;
+                w.finish().map_err(|e| io_err(path, e))?;
+            }
+            out.into_inner().map_err(|e| io_err(path, e.error()))
+        })
     }
 
     /// Called once the whole snapshot of `version` is durable: removes the files of
@@ -462,11 +468,12 @@ pub fn removed_rows(schema: &SchemaRef, identity: Vec<(&str, ArrayRef)>) -> Resu
         .map_err(|e| Error::new(&codes::ENGINE_ERROR, e.to_string()))
 }
 
-/// A changes batch: the rows added or changed (`upserts`, in a snapshot's layout), then
-/// the `removed` ones (see [`removed_rows`]), with a [`REMOVED`] column telling which.
-pub fn changes_batch(upserts: &RecordBatch, removed: &RecordBatch) -> Result<RecordBatch> {
+/// A changes batch: the rows added or changed (`upserts`, batches in a snapshot's
+/// layout), then the `removed` ones (see [`removed_rows`]), with a [`REMOVED`] column
+/// telling which. The parts are copied once, into the result.
+pub fn changes_batch(upserts: &[RecordBatch], removed: &RecordBatch) -> Result<RecordBatch> {
     let engine = |e: arrow::error::ArrowError| Error::new(&codes::ENGINE_ERROR, e.to_string());
-    let mut fields: Vec<Field> = relaxed(&upserts.schema())
+    let mut fields: Vec<Field> = relaxed(&removed.schema())
         .fields()
         .iter()
         .map(|f| f.as_ref().clone())
@@ -478,7 +485,12 @@ pub fn changes_batch(upserts: &RecordBatch, removed: &RecordBatch) -> Result<Rec
         cols.push(Arc::new(BooleanArray::from(vec![removed; b.num_rows()])));
         RecordBatch::try_new(schema.clone(), cols).map_err(engine)
     };
-    concat_batches(&schema, &[part(upserts, false)?, part(removed, true)?]).map_err(engine)
+    let mut parts = upserts
+        .iter()
+        .map(|b| part(b, false))
+        .collect::<Result<Vec<_>>>()?;
+    parts.push(part(removed, true)?);
+    concat_batches(&schema, &parts).map_err(engine)
 }
 
 /// `base` (a snapshot, or nothing) with a changes batch applied: rows of `base` that the
@@ -609,7 +621,7 @@ mod tests {
             )],
         )
         .unwrap();
-        changes_batch(&up, &gone).unwrap()
+        changes_batch(&[up], &gone).unwrap()
     }
 
     fn rows(b: &RecordBatch) -> Vec<(i64, String)> {

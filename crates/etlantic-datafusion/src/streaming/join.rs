@@ -459,9 +459,11 @@ impl StreamJoinOperator {
     ) -> Result<(Option<RecordBatch>, u64, u64)> {
         let spec = self.spec(side).clone();
         let other = 1 - side;
-        let batch = match input.iter().filter(|b| b.num_rows() > 0).count() {
-            0 => return Ok((None, 0, 0)),
-            _ => concat_batches(&spec.schema, input).map_err(engine)?,
+        let nonempty: Vec<&RecordBatch> = input.iter().filter(|b| b.num_rows() > 0).collect();
+        let batch = match nonempty.as_slice() {
+            [] => return Ok((None, 0, 0)),
+            [one] => (*one).clone(),
+            _ => concat_batches(&spec.schema, nonempty).map_err(engine)?,
         };
         // 1. Filter: never-matching rows of a non-preserved side, late rows.
         let null_key = self.null_keys(side, &batch)?;
@@ -601,6 +603,13 @@ impl StreamJoinOperator {
         // rows unless they are evicted right away, except unmatched rows of a preserved
         // right side, which are emitted at eviction.
         let threshold = self.threshold_us(side, ctx);
+        // Keys of one schema are mostly of one length: the first one's is the estimate.
+        let key_len = if rows.num_rows() > 0 {
+            rows.row(0).as_ref().len()
+        } else {
+            0
+        };
+        self.sides[side].reserve(kept.num_rows(), kept.num_rows() * key_len);
         let mut added = 0;
         for i in 0..kept.num_rows() {
             let evicting_now = threshold.is_some_and(|th| evict_times[i].is_some_and(|t| t <= th));
@@ -625,7 +634,14 @@ impl StreamJoinOperator {
     }
 
     /// The columns of `side` for `refs` (`None`: nulls).
+    ///
+    /// Changelogs and snapshots gather the rows of whole micro-batches in arrival order:
+    /// when `refs` are few runs of consecutive rows of one chunk, the runs are sliced
+    /// (no copy for one run, one copy for several) instead of interleaved row by row.
     fn gather(&self, side: usize, refs: &[Option<RowRef>]) -> Result<Vec<ArrayRef>> {
+        if let Some(runs) = row_runs(refs) {
+            return self.gather_runs(side, &runs);
+        }
         let state = &self.sides[side];
         let mut order: Vec<u32> = Vec::new();
         let mut pos: HashMap<u32, usize> = HashMap::new();
@@ -659,6 +675,34 @@ impl StreamJoinOperator {
                 interleave(&arrays, &indices).map_err(engine)
             })
             .collect()
+    }
+
+    /// The columns of `side` for runs of rows (chunk, first row, length).
+    fn gather_runs(&self, side: usize, runs: &[(u32, u32, u32)]) -> Result<Vec<ArrayRef>> {
+        let state = &self.sides[side];
+        let slices: Vec<RecordBatch> = runs
+            .iter()
+            .map(|(c, row, len)| {
+                state
+                    .chunks
+                    .get(c)
+                    .map(|b| b.slice(*row as usize, *len as usize))
+                    .ok_or_else(|| engine(format!("join state chunk {c} is gone")))
+            })
+            .collect::<Result<_>>()?;
+        let schema = &self.spec(side).schema;
+        match slices.as_slice() {
+            [] => Ok(schema
+                .fields()
+                .iter()
+                .map(|f| new_null_array(f.data_type(), 0))
+                .collect()),
+            [one] => Ok(one.columns().to_vec()),
+            many => Ok(concat_batches(schema, many)
+                .map_err(engine)?
+                .columns()
+                .to_vec()),
+        }
     }
 
     fn emit(&self, pairs: &[(Option<RowRef>, Option<RowRef>)]) -> Result<RecordBatch> {
@@ -707,8 +751,9 @@ impl StreamJoinOperator {
         Ok(())
     }
 
-    /// State rows (the snapshot's layout) of the given entries of each side.
-    fn state_rows(&self, entries: &[Vec<Entry>; 2]) -> Result<RecordBatch> {
+    /// State rows (the snapshot's layout) of the given entries of each side, one batch
+    /// per side (concatenated by the caller, once).
+    fn state_rows(&self, entries: &[Vec<Entry>; 2]) -> Result<Vec<RecordBatch>> {
         let schema = self.snapshot_schema();
         let mut parts = Vec::new();
         for side in [LEFT, RIGHT] {
@@ -742,7 +787,7 @@ impl StreamJoinOperator {
             }
             parts.push(RecordBatch::try_new(schema.clone(), cols).map_err(engine)?);
         }
-        concat_batches(&schema, &parts).map_err(engine)
+        Ok(parts)
     }
 
     fn snapshot_schema(&self) -> SchemaRef {
@@ -767,6 +812,26 @@ impl StreamJoinOperator {
 
 /// Compiles a join predicate over `left ++ right` columns (each column by its plain
 /// name, the left one first when both sides have it, as in the batch join).
+/// `refs` as runs of consecutive rows of one chunk (chunk, first row, length), when none
+/// is `None` and the runs are long enough (64 rows on average) for slicing to beat
+/// interleaving.
+fn row_runs(refs: &[Option<RowRef>]) -> Option<Vec<(u32, u32, u32)>> {
+    let mut runs: Vec<(u32, u32, u32)> = Vec::new();
+    for r in refs {
+        let (chunk, row) = (*r)?;
+        match runs.last_mut() {
+            Some((c, first, len)) if *c == chunk && *first + *len == row => *len += 1,
+            _ => {
+                if runs.len() * 64 > refs.len() {
+                    return None;
+                }
+                runs.push((chunk, row, 1));
+            }
+        }
+    }
+    Some(runs)
+}
+
 fn compile_joined_predicate(
     p: &Expr,
     left: &SchemaRef,
@@ -870,7 +935,7 @@ impl StatefulOperator for StreamJoinOperator {
 
     fn snapshot(&self) -> Result<RecordBatch> {
         let entries = [LEFT, RIGHT].map(|side| self.sides[side].entries_by_seq());
-        self.state_rows(&entries)
+        concat_batches(&self.snapshot_schema(), &self.state_rows(&entries)?).map_err(engine)
     }
 
     fn changelog_identity(&self) -> Option<&'static [&'static str]> {
@@ -882,13 +947,13 @@ impl StatefulOperator for StreamJoinOperator {
     fn changes(&mut self) -> Result<Option<RecordBatch>> {
         let [(left, left_gone), (right, right_gone)] =
             [LEFT, RIGHT].map(|side| self.sides[side].take_changes());
-        let rows = self.state_rows(&[left, right])?;
+        let parts = self.state_rows(&[left, right])?;
         let mut removed_sides = vec![LEFT as u8; left_gone.len()];
         removed_sides.extend(std::iter::repeat_n(RIGHT as u8, right_gone.len()));
         let mut removed_seqs = left_gone;
         removed_seqs.extend(right_gone);
         let gone = super::checkpoint::removed_rows(
-            &rows.schema(),
+            &self.snapshot_schema(),
             vec![
                 (
                     "__side",
@@ -900,7 +965,7 @@ impl StatefulOperator for StreamJoinOperator {
                 ),
             ],
         )?;
-        Ok(Some(super::checkpoint::changes_batch(&rows, &gone)?))
+        Ok(Some(super::checkpoint::changes_batch(&parts, &gone)?))
     }
 
     fn restore(&mut self, state: &RecordBatch) -> Result<()> {

@@ -275,13 +275,24 @@ impl SideState {
     /// Accounts for removed entries (the changelog, the chunks) and rebuilds the arena
     /// when tombstones dominate.
     fn forget(&mut self, out: Vec<Entry>) -> Vec<Entry> {
+        // Removed entries come in arrival order, so in runs of one chunk: one count
+        // update per run.
+        let mut run: Option<(u32, usize)> = None;
         for e in &out {
-            if let Some(n) = self.live_per_chunk.get_mut(&e.chunk) {
-                *n -= 1;
+            match &mut run {
+                Some((chunk, n)) if *chunk == e.chunk => *n += 1,
+                _ => {
+                    if let Some((chunk, n)) = run.replace((e.chunk, 1)) {
+                        self.uncount(chunk, n);
+                    }
+                }
             }
             if e.seq < self.checkpointed_seq {
                 self.removed.push(e.seq);
             }
+        }
+        if let Some((chunk, n)) = run {
+            self.uncount(chunk, n);
         }
         self.rows -= out.len();
         self.dead_slots += out.len();
@@ -289,6 +300,13 @@ impl SideState {
             self.rebuild();
         }
         out
+    }
+
+    /// `n` fewer live entries point into `chunk`.
+    fn uncount(&mut self, chunk: u32, n: usize) {
+        if let Some(live) = self.live_per_chunk.get_mut(&chunk) {
+            *live -= n;
+        }
     }
 
     /// Removes the entries at or below `threshold_us`; returns them in arrival order.
@@ -314,32 +332,53 @@ impl SideState {
             .len()
     }
 
-    /// Drops the tombstones. The key index is dropped too: the live slots are indexed
-    /// again when probes need it (their hashes are kept, so nothing is hashed again).
+    /// Drops the tombstones, in place: the arena keeps its allocation, so a state that
+    /// fills and drains every micro-batch (a window's rows) reuses the same memory
+    /// instead of growing a fresh arena (and faulting in its pages) after every rebuild.
+    /// The key index is dropped too: the live slots are indexed again when probes need
+    /// it (their hashes are kept, so nothing is hashed again).
     fn rebuild(&mut self) {
-        let slots = std::mem::take(&mut self.slots);
-        let keys = std::mem::take(&mut self.slot_keys);
-        self.slots.reserve(self.rows);
-        self.slot_keys.reserve(keys.len() / 2);
-        for s in slots.into_iter().filter(|s| s.alive) {
-            let key_start = self.slot_keys.len();
+        let mut live = 0;
+        let mut key_end = 0;
+        for at in 0..self.slots.len() {
+            let s = self.slots[at];
+            if !s.alive {
+                continue;
+            }
+            // Live slots and their keys only move towards the front (`key_end` never
+            // passes `s.key_start`), so moving them in arrival order overwrites nothing
+            // still needed.
+            let len = s.key_len as usize;
             self.slot_keys
-                .extend_from_slice(&keys[s.key_start..s.key_start + s.key_len as usize]);
-            self.slots.push(Slot {
-                key_start,
+                .copy_within(s.key_start..s.key_start + len, key_end);
+            self.slots[live] = Slot {
+                key_start: key_end,
                 key: NIL,
                 next: NIL,
                 ..s
-            });
+            };
+            live += 1;
+            key_end += len;
         }
+        self.slots.truncate(live);
+        self.slot_keys.truncate(key_end);
         self.dead_slots = 0;
         self.indexed = 0;
         self.keys.clear();
         self.key_meta.clear();
-        self.dirty_slots = (0..self.slots.len() as u32)
-            .filter(|at| self.slots[*at as usize].dirty)
-            .collect();
-        self.block_min_evict = self.slots.chunks(EVICT_BLOCK).map(min_evict).collect();
+        self.dirty_slots.clear();
+        self.dirty_slots
+            .extend((0..self.slots.len() as u32).filter(|at| self.slots[*at as usize].dirty));
+        self.block_min_evict.clear();
+        self.block_min_evict
+            .extend(self.slots.chunks(EVICT_BLOCK).map(min_evict));
+    }
+
+    /// Makes room for `rows` more entries whose keys take `key_bytes` in all, so that a
+    /// micro-batch's inserts grow the arena at most once.
+    pub fn reserve(&mut self, rows: usize, key_bytes: usize) {
+        self.slots.reserve(rows);
+        self.slot_keys.reserve(key_bytes);
     }
 
     /// Drops chunks nothing refers to.
