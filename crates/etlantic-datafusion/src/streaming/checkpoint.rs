@@ -14,8 +14,9 @@
 //!
 //! An operator that keeps a changelog (a stream-stream join: its state grows by the
 //! rows of each micro-batch, and rewriting all of it every micro-batch would cost more and
-//! more) writes a whole snapshot every [`FULL_SNAPSHOT_EVERY`] versions and its changes
-//! in between, like Spark's HDFS state store (`N.snapshot` and `N.delta`) and RocksDB's
+//! more) writes its changes every version and a whole snapshot every
+//! [`FULL_SNAPSHOT_EVERY`] versions once the changes since the last one are half the state
+//! (see [`whole_snapshot_due`]), like Spark's HDFS state store (`N.snapshot` and `N.delta`) and RocksDB's
 //! changelog checkpointing. A version is read as the newest whole snapshot at or before it
 //! with the changes after it applied in order (none before the first snapshot: the state
 //! of version 0 is empty). The changes are written before the commit; the whole snapshot
@@ -433,6 +434,22 @@ impl StateFiles {
 /// A whole snapshot every this many versions; changes in between.
 pub const FULL_SNAPSHOT_EVERY: u64 = 10;
 
+/// Whether an operator with a changelog writes a whole snapshot of `version`: on every
+/// [`FULL_SNAPSHOT_EVERY`]th version, once the changes written since its last whole
+/// snapshot (`changed_rows`, upserted and removed rows) are at least half as many rows as
+/// its state holds now (`state_rows`).
+///
+/// A state that churns (a window's rows, in and out every few micro-batches) is
+/// snapshotted every [`FULL_SNAPSHOT_EVERY`] versions, as in Spark. A state that only
+/// grows (a join whose inputs have no watermark) is snapshotted each time it has about
+/// doubled instead: rewriting all of it every [`FULL_SNAPSHOT_EVERY`] versions would cost
+/// work proportional to its size each time (quadratic in all). Reading a version back
+/// replays changes of at most about as many rows as the state holds (half of it, plus
+/// the versions up to the next multiple of [`FULL_SNAPSHOT_EVERY`]).
+pub fn whole_snapshot_due(version: u64, changed_rows: u64, state_rows: u64) -> bool {
+    version.is_multiple_of(FULL_SNAPSHOT_EVERY) && 2 * changed_rows >= state_rows
+}
+
 /// State files kept per operator (older ones are removed).
 const KEPT_VERSIONS: u64 = 2 * FULL_SNAPSHOT_EVERY;
 
@@ -694,6 +711,19 @@ mod tests {
         assert!(dir.path().join("state/j/10.delta.arrow").exists());
         let v29 = files.read_chain("j", 29, id).unwrap().unwrap();
         assert_eq!(rows(&v29), vec![(3, "c".into()), (5, "e".into())]);
+    }
+
+    #[test]
+    fn whole_snapshots_are_due_every_tenth_version_once_the_changes_are_half_the_state() {
+        // Churning state: due on the tenth version.
+        assert!(whole_snapshot_due(10, 1_800, 200));
+        assert!(!whole_snapshot_due(9, 1_800, 200));
+        // Growing state: not while the changes are less than half the state, then due.
+        assert!(!whole_snapshot_due(20, 499, 1_000));
+        assert!(whole_snapshot_due(20, 500, 1_000));
+        assert!(!whole_snapshot_due(21, 500, 1_000));
+        // An empty state with no changes (a restart's counter starts at 0).
+        assert!(whole_snapshot_due(30, 0, 0));
     }
 
     #[test]

@@ -1216,6 +1216,7 @@ pub fn join_unit(
         sources: left.sources.clone(),
         watermarked: watermarked || any_source_watermarked,
         prepared: Default::default(),
+        changes_since_whole: 0,
         secondary: Some(SecondaryInput {
             relation: right.relation.to_string(),
             late_policy: rlate,

@@ -39,6 +39,10 @@ pub struct StatefulUnit {
     pub secondary: Option<SecondaryInput>,
     /// The plan computing `prepare`, made on the first micro-batch and reused.
     pub prepared: crate::streaming::stateless::StepsCache,
+    /// Rows of the changes written since the operator's last whole snapshot (operators
+    /// with a changelog; see `checkpoint::whole_snapshot_due`). Starts at 0, also after
+    /// a restart, which only delays the next whole snapshot.
+    pub changes_since_whole: u64,
 }
 
 /// The second input of a two-input stateful unit (the right side of a stream-stream
@@ -460,6 +464,7 @@ pub fn build_transform(
             watermarked,
             secondary: None,
             prepared: Default::default(),
+            changes_since_whole: 0,
         })));
     }
     if !run.is_empty() {

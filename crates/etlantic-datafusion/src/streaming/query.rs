@@ -1228,14 +1228,14 @@ impl StreamingQuery {
         // A crash before the commit leaves a snapshot of an uncommitted batch, which the
         // restart overwrites when it re-runs the batch.
         // An operator with a changelog writes its changes, and a whole snapshot every
-        // `FULL_SNAPSHOT_EVERY` versions (see `super::checkpoint`).
+        // `FULL_SNAPSHOT_EVERY` versions once its changes since the last one are half
+        // its state (`super::checkpoint::whole_snapshot_due`).
         // That snapshot is taken now but written in the background after the changes
         // are durable (like the maintenance thread of Spark's RocksDB changelog
         // checkpointing): the changes alone make the version recoverable, so the commit
         // never waits for it. One is in flight at a time; while one is, the next is
         // skipped and the chain just grows longer.
         let version = batch_id + 1;
-        let full_version = version.is_multiple_of(super::checkpoint::FULL_SNAPSHOT_EVERY);
         let previous_done = self
             .background_snapshot
             .as_ref()
@@ -1249,14 +1249,23 @@ impl StreamingQuery {
             for u in t.units.iter_mut() {
                 if let Unit::Stateful(s) = u {
                     let state = match s.op.changes()? {
-                        Some(_) if full_version && !self.opts.background_snapshots => {
-                            StateWrite::Whole(s.op.snapshot()?)
-                        }
                         Some(changes) => {
-                            if full_version && previous_done {
-                                background.push((s.id.clone(), s.op.snapshot()?));
+                            s.changes_since_whole += changes.num_rows() as u64;
+                            let due = super::checkpoint::whole_snapshot_due(
+                                version,
+                                s.changes_since_whole,
+                                s.op.metrics().rows_total,
+                            );
+                            if due && !self.opts.background_snapshots {
+                                s.changes_since_whole = 0;
+                                StateWrite::Whole(s.op.snapshot()?)
+                            } else {
+                                if due && previous_done {
+                                    s.changes_since_whole = 0;
+                                    background.push((s.id.clone(), s.op.snapshot()?));
+                                }
+                                StateWrite::Changes(changes)
                             }
-                            StateWrite::Changes(changes)
                         }
                         None => StateWrite::Whole(s.op.snapshot()?),
                     };
