@@ -15,6 +15,7 @@ mod streaming_support;
 
 use etlantic_core::model::SourceDef;
 use etlantic_core::streaming::{LatePolicy, OutputMode, StaticRefresh};
+use etlantic_datafusion::streaming::StreamingOptions;
 use serde_json::{json, Value};
 use streaming_support::*;
 
@@ -1077,12 +1078,24 @@ async fn static_sources_are_refused_where_they_cannot_work() {
 /// ads, 5 s apart), restarting the query before the feeds in `restarts`; returns the
 /// rows each feed emitted and the state size after it.
 async fn long_run(fx: &Fixture, restarts: &[usize]) -> Vec<(Vec<String>, u64)> {
+    feeding_run(fx, 14, restarts, || fx.options()).await
+}
+
+/// `batches` micro-batches of one impression and one click (ads a0..a2 in turn), the
+/// query started with `options()` and restarted before each micro-batch in `restarts`;
+/// the new output rows and the state size of each micro-batch.
+async fn feeding_run(
+    fx: &Fixture,
+    batches: usize,
+    restarts: &[usize],
+    options: impl Fn() -> StreamingOptions,
+) -> Vec<(Vec<String>, u64)> {
     let mut got = Vec::new();
-    let mut run = fx.start().await;
-    for k in 0..14usize {
+    let mut run = fx.start_with(options()).await;
+    for k in 0..batches {
         if restarts.contains(&k) {
             drop(run);
-            run = fx.start().await;
+            run = fx.start_with(options()).await;
             run.new_rows("out");
         }
         let ad = format!("a{}", k % 3);
@@ -1139,4 +1152,48 @@ async fn join_state_is_checkpointed_as_changes_between_whole_snapshots() {
     assert!(names.contains(&"10.arrow".to_string()), "{names:?}");
     assert!(names.contains(&"11.delta.arrow".to_string()), "{names:?}");
     assert!(!names.contains(&"11.arrow".to_string()), "{names:?}");
+}
+
+/// [`feeding_run`] over 32 micro-batches with whole snapshots written before the commit,
+/// so which versions have one does not depend on how fast a background write finishes.
+async fn growing_run(fx: &Fixture, restarts: &[usize]) -> Vec<(Vec<String>, u64)> {
+    feeding_run(fx, 32, restarts, || {
+        let mut opts = fx.options();
+        opts.background_snapshots = false;
+        opts
+    })
+    .await
+}
+
+/// A join state that only grows (no watermark on either side) is not rewritten whole on
+/// every tenth version: each whole snapshot waits until the changes since the last one
+/// are half the state. With two rows a micro-batch, versions 10 and 20 are snapshotted,
+/// 30 is not (20 changed rows against 60 held). A restart after version 30 then restores
+/// version 20's snapshot with ten versions of changes applied, and goes on like a run
+/// without restarts.
+#[tokio::test]
+async fn a_growing_join_state_is_snapshotted_as_it_doubles_and_restores_from_the_chain() {
+    let reference = growing_run(&join_fixture("ssj_grow_ref", "inner", None, None, ""), &[]).await;
+    // Nothing is evicted: the state holds every row fed.
+    assert_eq!(reference.last().map(|(_, s)| *s), Some(64));
+    let fx = join_fixture("ssj_grow", "inner", None, None, "");
+    let got = growing_run(&fx, &[31]).await;
+    assert_eq!(got, reference);
+    let dir = std::fs::read_dir(fx.checkpoint().join("state"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    for whole in ["10.arrow", "20.arrow"] {
+        assert!(names.contains(&whole.to_string()), "{names:?}");
+    }
+    assert!(!names.contains(&"30.arrow".to_string()), "{names:?}");
+    for delta in ["21.delta.arrow", "30.delta.arrow", "32.delta.arrow"] {
+        assert!(names.contains(&delta.to_string()), "{names:?}");
+    }
 }
