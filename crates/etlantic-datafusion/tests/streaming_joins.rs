@@ -1074,6 +1074,20 @@ async fn static_sources_are_refused_where_they_cannot_work() {
     assert!(codes.contains(&"ETL530".to_string()), "{codes:?}");
 }
 
+/// The file names in the state directory of the checkpoint's (only) stateful operator.
+fn state_file_names(fx: &Fixture) -> Vec<String> {
+    let dir = std::fs::read_dir(fx.checkpoint().join("state"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
 /// Feeds 14 scenario batches (an impression and a click a second later on one of three
 /// ads, 5 s apart), restarting the query before the feeds in `restarts`; returns the
 /// rows each feed emitted and the state size after it.
@@ -1139,16 +1153,7 @@ async fn join_state_is_checkpointed_as_changes_between_whole_snapshots() {
     );
     let got = long_run(&fx, &[3, 5, 6, 9, 12]).await;
     assert_eq!(got, reference);
-    let dir = std::fs::read_dir(fx.checkpoint().join("state"))
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
-    let names: Vec<String> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
+    let names = state_file_names(&fx);
     assert!(names.contains(&"10.arrow".to_string()), "{names:?}");
     assert!(names.contains(&"11.delta.arrow".to_string()), "{names:?}");
     assert!(!names.contains(&"11.arrow".to_string()), "{names:?}");
@@ -1179,16 +1184,7 @@ async fn a_growing_join_state_is_snapshotted_as_it_doubles_and_restores_from_the
     let fx = join_fixture("ssj_grow", "inner", None, None, "");
     let got = growing_run(&fx, &[31]).await;
     assert_eq!(got, reference);
-    let dir = std::fs::read_dir(fx.checkpoint().join("state"))
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
-    let names: Vec<String> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
+    let names = state_file_names(&fx);
     for whole in ["10.arrow", "20.arrow"] {
         assert!(names.contains(&whole.to_string()), "{names:?}");
     }
