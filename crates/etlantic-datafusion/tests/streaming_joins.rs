@@ -301,7 +301,9 @@ async fn eviction_figures_and_watermarks_per_micro_batch() {
         ]
     );
     assert!(p.iter().all(|r| op(r, "memoryUsedBytes") > 0));
-    // The state snapshot of every version is in the checkpoint.
+    // The state snapshot of every version is in the checkpoint, once the query is closed
+    // (the whole snapshot of version 10 is written in the background).
+    run.query.close().await.expect("the query closes");
     let state = fx.checkpoint().join("state");
     let ops: Vec<_> = std::fs::read_dir(&state).unwrap().collect();
     assert_eq!(ops.len(), 1);
@@ -1125,6 +1127,8 @@ async fn feeding_run(
         );
         got.push((run.new_rows("out"), state));
     }
+    // Closing waits for a whole snapshot being written in the background.
+    run.query.close().await.expect("the query closes");
     got
 }
 
