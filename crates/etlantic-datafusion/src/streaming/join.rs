@@ -467,8 +467,17 @@ impl StreamJoinOperator {
         };
         // 1. Filter: never-matching rows of a non-preserved side, late rows.
         let null_key = self.null_keys(side, &batch)?;
+        // The range, watermark and eviction columns are often one (Nexmark q7's
+        // `date_time`): its times are read once.
         let range = Self::times(&batch, self.range_column(side))?;
-        let wm_times = Self::times(&batch, spec.watermark_column.as_deref())?;
+        let wm_owned;
+        let wm_times: &[Option<i64>] =
+            if spec.watermark_column.as_deref() == self.range_column(side) {
+                &range
+            } else {
+                wm_owned = Self::times(&batch, spec.watermark_column.as_deref())?;
+                &wm_owned
+            };
         let mut keep = Vec::with_capacity(batch.num_rows());
         let mut late = Vec::new();
         for i in 0..batch.num_rows() {
@@ -497,7 +506,8 @@ impl StreamJoinOperator {
                 .map_err(engine)?;
             Some(RecordBatch::try_new(batch.schema(), cols).map_err(engine)?)
         };
-        let kept = if keep.iter().all(|k| *k) {
+        let all_kept = keep.iter().all(|k| *k);
+        let kept = if all_kept {
             batch
         } else {
             filter_record_batch(&batch, &BooleanArray::from(keep)).map_err(engine)?
@@ -506,9 +516,19 @@ impl StreamJoinOperator {
             return Ok((late_batch, late.len() as u64, 0));
         }
         let (rows, null_key) = self.key_rows(side, &kept)?;
-        let range = Self::times(&kept, self.range_column(side))?;
+        let range = if all_kept {
+            range
+        } else {
+            Self::times(&kept, self.range_column(side))?
+        };
         let evict_col = self.evictions[side].as_ref().map(|e| e.column.clone());
-        let evict_times = Self::times(&kept, evict_col.as_deref())?;
+        let evict_owned;
+        let evict_times: &[Option<i64>] = if evict_col.as_deref() == self.range_column(side) {
+            &range
+        } else {
+            evict_owned = Self::times(&kept, evict_col.as_deref())?;
+            &evict_owned
+        };
         let chunk = self.sides[side].add_chunk(kept.clone());
 
         // 2./3. Join with the other side's state.
