@@ -11,8 +11,7 @@
 mod common;
 use common::crash::*;
 
-use serde_json::{json, Value};
-use std::collections::BTreeMap;
+use serde_json::Value;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::Command;
@@ -122,31 +121,7 @@ fn block_on<F: std::future::Future>(f: F) -> F::Output {
 
 /// The Delta table's rows as a sorted multiset of canonical JSON strings.
 fn table_rows(table: &Path) -> Vec<String> {
-    let batches = block_on(etlantic_sinks::delta::read_table(table)).unwrap();
-    let mut rows = Vec::new();
-    for b in &batches {
-        let mut buf = Vec::new();
-        {
-            let mut w = arrow::json::LineDelimitedWriter::new(&mut buf);
-            w.write(b).unwrap();
-            w.finish().unwrap();
-        }
-        for line in String::from_utf8(buf).unwrap().lines() {
-            let mut v: BTreeMap<String, Value> = serde_json::from_str(line).unwrap();
-            for k in ["window_start", "window_end"] {
-                let t = chrono::DateTime::parse_from_rfc3339(v[k].as_str().unwrap()).unwrap();
-                v.insert(
-                    k.into(),
-                    json!(t
-                        .with_timezone(&chrono::Utc)
-                        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
-                );
-            }
-            rows.push(serde_json::to_string(&v).unwrap());
-        }
-    }
-    rows.sort();
-    rows
+    canonical_window_rows(&block_on(etlantic_sinks::delta::read_table(table)).unwrap())
 }
 
 /// The windows every run must end with (append mode: the watermark closed them; the

@@ -14,8 +14,6 @@ use common::crash::*;
 
 use etlantic_core::uri::BindingUri;
 use etlantic_sinks::iceberg::IcebergTarget;
-use serde_json::{json, Value};
-use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 
@@ -101,31 +99,7 @@ fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
 
 /// The table's rows (iceberg table scan) as a sorted multiset of canonical JSON strings.
 fn committed(dir: &Path) -> Vec<String> {
-    let batches = block_on(target(dir).read_rows()).unwrap();
-    let mut rows = Vec::new();
-    for b in &batches {
-        let mut buf = Vec::new();
-        {
-            let mut w = arrow::json::LineDelimitedWriter::new(&mut buf);
-            w.write(b).unwrap();
-            w.finish().unwrap();
-        }
-        for line in String::from_utf8(buf).unwrap().lines() {
-            let mut v: BTreeMap<String, Value> = serde_json::from_str(line).unwrap();
-            for k in ["window_start", "window_end"] {
-                let t = chrono::DateTime::parse_from_rfc3339(v[k].as_str().unwrap()).unwrap();
-                v.insert(
-                    k.into(),
-                    json!(t
-                        .with_timezone(&chrono::Utc)
-                        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
-                );
-            }
-            rows.push(serde_json::to_string(&v).unwrap());
-        }
-    }
-    rows.sort();
-    rows
+    canonical_window_rows(&block_on(target(dir).read_rows()).unwrap())
 }
 
 /// The batch ids recorded in the table's snapshot summaries, oldest first.
