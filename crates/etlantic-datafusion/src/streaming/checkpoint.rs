@@ -15,11 +15,11 @@
 //! An operator that keeps a changelog (a stream-stream join: its state grows by the
 //! rows of each micro-batch, and rewriting all of it every micro-batch would cost more and
 //! more) writes its changes every version and a whole snapshot every
-//! [`FULL_SNAPSHOT_EVERY`] versions once the changes since the last one are half the state
-//! (see [`whole_snapshot_due`]), like Spark's HDFS state store (`N.snapshot` and `N.delta`) and RocksDB's
-//! changelog checkpointing. A version is read as the newest whole snapshot at or before it
-//! with the changes after it applied in order (none before the first snapshot: the state
-//! of version 0 is empty). The changes are written before the commit; the whole snapshot
+//! [`FULL_SNAPSHOT_EVERY`] versions once the changes since the last one are half the
+//! state (see [`whole_snapshot_due`]), like Spark's HDFS state store (`N.snapshot` and
+//! `N.delta`) and RocksDB's changelog checkpointing. A version is read as the newest
+//! whole snapshot at or before it with the changes after it applied in order (none
+//! before the first snapshot: the state of version 0 is empty). The changes are written before the commit; the whole snapshot
 //! in the background after them (the query skips one while the previous is still being
 //! written), so a version can have both. Files are removed only once a later whole
 //! snapshot is durable (see [`StateFiles::write`]).

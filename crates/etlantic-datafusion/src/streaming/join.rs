@@ -712,11 +712,6 @@ impl StreamJoinOperator {
             .collect::<Result<_>>()?;
         let schema = &self.spec(side).schema;
         match slices.as_slice() {
-            [] => Ok(schema
-                .fields()
-                .iter()
-                .map(|f| new_null_array(f.data_type(), 0))
-                .collect()),
             [one] => Ok(one.columns().to_vec()),
             many => Ok(concat_batches(schema, many)
                 .map_err(engine)?
@@ -830,8 +825,6 @@ impl StreamJoinOperator {
     }
 }
 
-/// Compiles a join predicate over `left ++ right` columns (each column by its plain
-/// name, the left one first when both sides have it, as in the batch join).
 /// `refs` as runs of consecutive rows of one chunk (chunk, first row, length), when none
 /// is `None` and the runs are long enough (64 rows on average) for slicing to beat
 /// interleaving.
@@ -852,6 +845,8 @@ fn row_runs(refs: &[Option<RowRef>]) -> Option<Vec<(u32, u32, u32)>> {
     Some(runs)
 }
 
+/// Compiles a join predicate over `left ++ right` columns (each column by its plain
+/// name, the left one first when both sides have it, as in the batch join).
 fn compile_joined_predicate(
     p: &Expr,
     left: &SchemaRef,

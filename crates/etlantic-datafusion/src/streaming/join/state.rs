@@ -277,36 +277,20 @@ impl SideState {
     fn forget(&mut self, out: Vec<Entry>) -> Vec<Entry> {
         // Removed entries come in arrival order, so in runs of one chunk: one count
         // update per run.
-        let mut run: Option<(u32, usize)> = None;
-        for e in &out {
-            match &mut run {
-                Some((chunk, n)) if *chunk == e.chunk => *n += 1,
-                _ => {
-                    if let Some((chunk, n)) = run.replace((e.chunk, 1)) {
-                        self.uncount(chunk, n);
-                    }
-                }
-            }
-            if e.seq < self.checkpointed_seq {
-                self.removed.push(e.seq);
+        for run in out.chunk_by(|a, b| a.chunk == b.chunk) {
+            if let Some(live) = self.live_per_chunk.get_mut(&run[0].chunk) {
+                *live -= run.len();
             }
         }
-        if let Some((chunk, n)) = run {
-            self.uncount(chunk, n);
-        }
+        let checkpointed = self.checkpointed_seq;
+        self.removed
+            .extend(out.iter().filter(|e| e.seq < checkpointed).map(|e| e.seq));
         self.rows -= out.len();
         self.dead_slots += out.len();
         if self.dead_slots > self.rows.max(4096) {
             self.rebuild();
         }
         out
-    }
-
-    /// `n` fewer live entries point into `chunk`.
-    fn uncount(&mut self, chunk: u32, n: usize) {
-        if let Some(live) = self.live_per_chunk.get_mut(&chunk) {
-            *live -= n;
-        }
     }
 
     /// Removes the entries at or below `threshold_us`; returns them in arrival order.
