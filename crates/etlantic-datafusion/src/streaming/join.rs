@@ -556,7 +556,7 @@ impl StreamJoinOperator {
                 continue;
             }
             for (slot, e) in self.sides[other].matches(rows.row(i).as_ref()) {
-                if in_range(range[i], e.range_time) {
+                if in_range(range[i], e.range_time.get()) {
                     candidates.push((i, slot));
                 }
             }
@@ -607,7 +607,7 @@ impl StreamJoinOperator {
                 e.matched = true;
                 if self.ttl.is_some() {
                     // A match keeps the buffered row alive.
-                    e.updated_ms = Some(ctx.processing_time_ms);
+                    e.updated_ms = Some(ctx.processing_time_ms).into();
                 }
             }
             let that_ref = Some((e.chunk, e.row));
@@ -641,10 +641,10 @@ impl StreamJoinOperator {
                         seq: 0,
                         chunk,
                         row: i as u32,
-                        range_time: range[i],
-                        evict_time: evict_times[i],
+                        range_time: range[i].into(),
+                        evict_time: evict_times[i].into(),
                         matched: matched[i],
-                        updated_ms: Some(ctx.processing_time_ms),
+                        updated_ms: Some(ctx.processing_time_ms).into(),
                     },
                 );
                 added += 1;
@@ -785,7 +785,12 @@ impl StreamJoinOperator {
                 Arc::new(BooleanArray::from(
                     entries.iter().map(|e| e.matched).collect::<Vec<_>>(),
                 )),
-                Arc::new(entries.iter().map(|e| e.updated_ms).collect::<Int64Array>()),
+                Arc::new(
+                    entries
+                        .iter()
+                        .map(|e| e.updated_ms.get())
+                        .collect::<Int64Array>(),
+                ),
             ];
             for s in [LEFT, RIGHT] {
                 if s == side {
@@ -1084,10 +1089,13 @@ impl StatefulOperator for StreamJoinOperator {
                         seq: 0,
                         chunk,
                         row: i as u32,
-                        range_time: range[i],
-                        evict_time: evict_times[i],
+                        range_time: range[i].into(),
+                        evict_time: evict_times[i].into(),
                         matched: side_matched.value(i),
-                        updated_ms: side_updated.is_valid(i).then(|| side_updated.value(i)),
+                        updated_ms: side_updated
+                            .is_valid(i)
+                            .then(|| side_updated.value(i))
+                            .into(),
                     },
                 );
             }
