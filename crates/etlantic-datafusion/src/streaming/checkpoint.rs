@@ -28,7 +28,9 @@
 //! `rename`, then `fsync` of the directory, so a crash leaves either the old or the new
 //! file, never a torn one.
 
-use arrow::array::{new_null_array, ArrayRef, BooleanArray, RecordBatch};
+use arrow::array::{
+    new_null_array, Array, ArrayRef, AsArray, BooleanArray, RecordBatch, UInt64Array,
+};
 use arrow::compute::kernels::boolean::not;
 use arrow::compute::{
     cast, concat_batches, filter_record_batch, lexsort_to_indices, take_record_batch, SortColumn,
@@ -458,6 +460,11 @@ const KEPT_VERSIONS: u64 = 2 * FULL_SNAPSHOT_EVERY;
 /// The column of a changes batch that marks a removed row.
 pub const REMOVED: &str = "__removed";
 
+/// The column of a changes batch by which one removed row stands for a run of them:
+/// every identity from the row's own to the one whose last identity column is this
+/// value (the other identity columns equal), inclusive. Null for a single row.
+pub const REMOVED_THROUGH: &str = "__removed_through";
+
 fn relaxed(schema: &Schema) -> Schema {
     Schema::new(
         schema
@@ -487,9 +494,37 @@ pub fn removed_rows(schema: &SchemaRef, identity: Vec<(&str, ArrayRef)>) -> Resu
         .map_err(|e| Error::new(&codes::ENGINE_ERROR, e.to_string()))
 }
 
+/// Runs of removed state rows in the layout `schema` (a snapshot's): `prefix` gives all
+/// identity columns but the last, `last` names the last, which holds non-negative
+/// integers; run `i` removes the identities from `first[i]` to `through[i]` of it.
+/// Nulls elsewhere. A state that leaves in arrival order (a join's rows, evicted by
+/// the watermark) logs a few runs per micro-batch instead of a row per removed row.
+pub fn removed_runs<'a>(
+    schema: &SchemaRef,
+    mut prefix: Vec<(&'a str, ArrayRef)>,
+    last: &'a str,
+    first: UInt64Array,
+    through: UInt64Array,
+) -> Result<RecordBatch> {
+    let field = schema.field_with_name(last).map_err(engine_err)?;
+    let first = cast(&(Arc::new(first) as ArrayRef), field.data_type()).map_err(engine_err)?;
+    prefix.push((last, first));
+    let rows = removed_rows(schema, prefix)?;
+    let mut fields: Vec<Field> = rows
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    fields.push(Field::new(REMOVED_THROUGH, DataType::UInt64, true));
+    let mut cols = rows.columns().to_vec();
+    cols.push(Arc::new(through));
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).map_err(engine_err)
+}
+
 /// A changes batch: the rows added or changed (`upserts`, batches in a snapshot's
-/// layout), then the `removed` ones (see [`removed_rows`]), with a [`REMOVED`] column
-/// telling which. The parts are copied once, into the result.
+/// layout), then the `removed` ones (see [`removed_rows`] and [`removed_runs`]), with a
+/// [`REMOVED`] column telling which. The parts are copied once, into the result.
 pub fn changes_batch(upserts: &[RecordBatch], removed: &RecordBatch) -> Result<RecordBatch> {
     let engine = |e: arrow::error::ArrowError| Error::new(&codes::ENGINE_ERROR, e.to_string());
     let mut fields: Vec<Field> = relaxed(&removed.schema())
@@ -499,8 +534,13 @@ pub fn changes_batch(upserts: &[RecordBatch], removed: &RecordBatch) -> Result<R
         .collect();
     fields.push(Field::new(REMOVED, DataType::Boolean, false));
     let schema = Arc::new(Schema::new(fields));
+    let runs = removed.schema().index_of(REMOVED_THROUGH).is_ok();
     let part = |b: &RecordBatch, removed: bool| -> Result<RecordBatch> {
         let mut cols = b.columns().to_vec();
+        // Upserted rows stand for themselves only.
+        if runs && !removed {
+            cols.push(new_null_array(&DataType::UInt64, b.num_rows()));
+        }
         cols.push(Arc::new(BooleanArray::from(vec![removed; b.num_rows()])));
         RecordBatch::try_new(schema.clone(), cols).map_err(engine)
     };
@@ -531,7 +571,7 @@ pub fn apply_changes(
             .schema()
             .fields()
             .iter()
-            .filter(|f| f.name() != REMOVED)
+            .filter(|f| f.name() != REMOVED && f.name() != REMOVED_THROUGH)
             .map(|f| f.as_ref().clone())
             .collect();
         Arc::new(Schema::new(fields))
@@ -583,15 +623,16 @@ pub fn apply_changes(
     let touched: HashSet<&[u8]> = (0..touched_rows.num_rows())
         .map(|i| touched_rows.row(i).data())
         .collect();
+    let runs = RemovedRuns::of(changes, identity)?;
     let mut parts = Vec::new();
     if let Some(base) = base {
         let base = data(base)?;
-        let ids = converter
-            .convert_columns(&id_cols(&base)?)
-            .map_err(engine)?;
+        let base_ids = id_cols(&base)?;
+        let ids = converter.convert_columns(&base_ids).map_err(engine)?;
+        let in_run = runs.contains_fn(&base_ids)?;
         let keep = BooleanArray::from(
             (0..ids.num_rows())
-                .map(|i| !touched.contains(ids.row(i).data()))
+                .map(|i| !touched.contains(ids.row(i).data()) && !in_run(i))
                 .collect::<Vec<bool>>(),
         );
         parts.push(filter_record_batch(&base, &keep).map_err(engine)?);
@@ -607,6 +648,113 @@ pub fn apply_changes(
         .collect();
     let order = lexsort_to_indices(&sort, None).map_err(engine)?;
     take_record_batch(&merged, &order).map_err(engine)
+}
+
+/// The runs of removed identities of a changes batch (its rows with a
+/// [`REMOVED_THROUGH`]): per value of the identity columns but the last (encoded as
+/// rows; empty when the identity is one column), the ranges of the last, sorted.
+struct RemovedRuns {
+    /// Encodes the identity columns but the last (`None`: there are none).
+    prefix: Option<RowConverter>,
+    ranges: std::collections::HashMap<Vec<u8>, Vec<(u64, u64)>>,
+}
+
+impl RemovedRuns {
+    fn of(changes: &RecordBatch, identity: &[&str]) -> Result<Self> {
+        let bad = |m: String| Error::new(&codes::CHECKPOINT_CORRUPT, format!("state changes: {m}"));
+        let Some((last, prefix)) = identity.split_last() else {
+            return Err(bad("the operator's changelog has no identity".into()));
+        };
+        let column = |name: &str| {
+            changes
+                .column_by_name(name)
+                .cloned()
+                .ok_or_else(|| bad(format!("no identity column `{name}`")))
+        };
+        let prefix_cols = prefix
+            .iter()
+            .map(|c| column(c))
+            .collect::<Result<Vec<_>>>()?;
+        let mut runs = RemovedRuns {
+            prefix: (!prefix_cols.is_empty())
+                .then(|| {
+                    RowConverter::new(
+                        prefix_cols
+                            .iter()
+                            .map(|a| SortField::new(a.data_type().clone()))
+                            .collect(),
+                    )
+                })
+                .transpose()
+                .map_err(engine_err)?,
+            ranges: Default::default(),
+        };
+        let Some(through) = changes.column_by_name(REMOVED_THROUGH) else {
+            return Ok(runs);
+        };
+        let through = cast(through, &DataType::UInt64).map_err(engine_err)?;
+        let through = through.as_primitive::<arrow::datatypes::UInt64Type>();
+        let first = cast(&column(last)?, &DataType::UInt64).map_err(engine_err)?;
+        let first = first.as_primitive::<arrow::datatypes::UInt64Type>();
+        let keys = runs.keys(&prefix_cols)?;
+        for i in (0..changes.num_rows()).filter(|i| through.is_valid(*i)) {
+            if first.is_null(i) || first.value(i) > through.value(i) {
+                return Err(bad(format!(
+                    "a run of removed rows is malformed (row {i} of the changes)"
+                )));
+            }
+            runs.ranges
+                .entry(Self::key(&keys, i).to_vec())
+                .or_default()
+                .push((first.value(i), through.value(i)));
+        }
+        for r in runs.ranges.values_mut() {
+            r.sort_unstable();
+        }
+        Ok(runs)
+    }
+
+    fn keys(&self, prefix_cols: &[ArrayRef]) -> Result<Option<arrow::row::Rows>> {
+        self.prefix
+            .as_ref()
+            .map(|c| c.convert_columns(prefix_cols))
+            .transpose()
+            .map_err(engine_err)
+    }
+
+    fn key(keys: &Option<arrow::row::Rows>, i: usize) -> &[u8] {
+        keys.as_ref().map_or(&[], |k| k.row(i).data())
+    }
+
+    /// Whether row `i` of the state whose identity columns are `ids` lies in a run.
+    fn contains_fn(&self, ids: &[ArrayRef]) -> Result<impl Fn(usize) -> bool + '_> {
+        let (keys, last) = match ids.split_last() {
+            Some((last, prefix)) if !self.ranges.is_empty() => (
+                self.keys(prefix)?,
+                Some(cast(last, &DataType::UInt64).map_err(engine_err)?),
+            ),
+            _ => (None, None),
+        };
+        Ok(move |i: usize| {
+            let Some(last) = &last else {
+                return false;
+            };
+            let last = last.as_primitive::<arrow::datatypes::UInt64Type>();
+            if last.is_null(i) {
+                return false;
+            }
+            let v = last.value(i);
+            self.ranges.get(Self::key(&keys, i)).is_some_and(|r| {
+                // The last run starting at or before `v` (runs never overlap).
+                let at = r.partition_point(|(first, _)| *first <= v);
+                at > 0 && v <= r[at - 1].1
+            })
+        })
+    }
+}
+
+fn engine_err(e: arrow::error::ArrowError) -> Error {
+    Error::new(&codes::ENGINE_ERROR, e.to_string())
 }
 
 #[cfg(test)]
@@ -641,6 +789,39 @@ mod tests {
         )
         .unwrap();
         changes_batch(&[up], &gone).unwrap()
+    }
+
+    #[test]
+    fn a_run_of_removed_rows_removes_its_whole_range_and_nothing_else() {
+        let base = state(&[(1, "a"), (2, "b"), (3, "c"), (4, "d"), (6, "f"), (7, "g")]);
+        let up = state(&[(5, "e"), (9, "i")]);
+        // Runs 2..=4 and 7..=8 (8 is not held: nothing to remove), and one row, 1.
+        let runs = removed_runs(
+            &up.schema(),
+            vec![],
+            "id",
+            UInt64Array::from(vec![7, 2, 1]),
+            UInt64Array::from(vec![8, 4, 1]),
+        )
+        .unwrap();
+        let changes = changes_batch(&[up], &runs).unwrap();
+        let applied = apply_changes(Some(&base), &changes, &["id"]).unwrap();
+        assert_eq!(
+            rows(&applied),
+            vec![(5, "e".into()), (6, "f".into()), (9, "i".into())]
+        );
+        // A run whose end comes before its start is refused as corrupt.
+        let bad = removed_runs(
+            &state(&[]).schema(),
+            vec![],
+            "id",
+            UInt64Array::from(vec![4]),
+            UInt64Array::from(vec![2]),
+        )
+        .unwrap();
+        let bad = changes_batch(&[state(&[])], &bad).unwrap();
+        let err = apply_changes(Some(&base), &bad, &["id"]).unwrap_err();
+        assert!(err.to_string().contains("malformed"), "{err}");
     }
 
     fn rows(b: &RecordBatch) -> Vec<(i64, String)> {

@@ -963,27 +963,28 @@ impl StatefulOperator for StreamJoinOperator {
     }
 
     /// The entries added since the last call, the older ones whose `matched` or update
-    /// time changed, and (as `__removed` rows) the older ones that left.
+    /// time changed, and (as `__removed` rows, one per run of consecutive `seq`s) the
+    /// older ones that left.
     fn changes(&mut self) -> Result<Option<RecordBatch>> {
         let [(left, left_gone), (right, right_gone)] =
             [LEFT, RIGHT].map(|side| self.sides[side].take_changes());
         let parts = self.state_rows(&[left, right])?;
-        let mut removed_sides = vec![LEFT as u8; left_gone.len()];
-        removed_sides.extend(std::iter::repeat_n(RIGHT as u8, right_gone.len()));
-        let mut removed_seqs = left_gone;
-        removed_seqs.extend(right_gone);
-        let gone = super::checkpoint::removed_rows(
+        // Rows leave in about arrival order: runs of consecutive `seq`s, one row each.
+        let (mut sides, mut first, mut through) = (Vec::new(), Vec::new(), Vec::new());
+        for (side, mut gone) in [(LEFT, left_gone), (RIGHT, right_gone)] {
+            gone.sort_unstable();
+            for run in gone.chunk_by(|a, b| *a + 1 == *b) {
+                sides.push(side as u8);
+                first.push(run[0]);
+                through.push(run[run.len() - 1]);
+            }
+        }
+        let gone = super::checkpoint::removed_runs(
             &self.snapshot_schema(),
-            vec![
-                (
-                    "__side",
-                    Arc::new(UInt8Array::from(removed_sides)) as ArrayRef,
-                ),
-                (
-                    "__seq",
-                    Arc::new(UInt64Array::from(removed_seqs)) as ArrayRef,
-                ),
-            ],
+            vec![("__side", Arc::new(UInt8Array::from(sides)) as ArrayRef)],
+            "__seq",
+            UInt64Array::from(first),
+            UInt64Array::from(through),
         )?;
         Ok(Some(super::checkpoint::changes_batch(&parts, &gone)?))
     }
