@@ -824,6 +824,52 @@ mod tests {
         assert!(err.to_string().contains("malformed"), "{err}");
     }
 
+    #[test]
+    fn runs_remove_only_the_rows_of_their_own_identity_prefix() {
+        // A join's identity: (side, seq); both sides hold seqs 1..=3.
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("side", DataType::UInt8, false),
+            Field::new("seq", DataType::UInt64, false),
+        ]));
+        let held = |rows: &[(u8, u64)]| {
+            RecordBatch::try_new(
+                schema.clone(),
+                vec![
+                    Arc::new(arrow::array::UInt8Array::from_iter_values(
+                        rows.iter().map(|r| r.0),
+                    )),
+                    Arc::new(UInt64Array::from_iter_values(rows.iter().map(|r| r.1))),
+                ],
+            )
+            .unwrap()
+        };
+        let base = held(&[(0, 1), (0, 2), (0, 3), (1, 1), (1, 2), (1, 3)]);
+        // Side 0 loses 1..=2, side 1 loses 3.
+        let runs = removed_runs(
+            &schema,
+            vec![(
+                "side",
+                Arc::new(arrow::array::UInt8Array::from(vec![0, 1])) as ArrayRef,
+            )],
+            "seq",
+            UInt64Array::from(vec![1, 3]),
+            UInt64Array::from(vec![2, 3]),
+        )
+        .unwrap();
+        let changes = changes_batch(&[held(&[])], &runs).unwrap();
+        let applied = apply_changes(Some(&base), &changes, &["side", "seq"]).unwrap();
+        let sides = applied
+            .column(0)
+            .as_primitive::<arrow::datatypes::UInt8Type>();
+        let seqs = applied
+            .column(1)
+            .as_primitive::<arrow::datatypes::UInt64Type>();
+        let left: Vec<(u8, u64)> = (0..applied.num_rows())
+            .map(|i| (sides.value(i), seqs.value(i)))
+            .collect();
+        assert_eq!(left, vec![(0, 3), (1, 1), (1, 2)]);
+    }
+
     fn rows(b: &RecordBatch) -> Vec<(i64, String)> {
         let ids = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
         let values = b.column(1).as_any().downcast_ref::<StringArray>().unwrap();
