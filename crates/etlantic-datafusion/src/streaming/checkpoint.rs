@@ -490,8 +490,7 @@ pub fn removed_rows(schema: &SchemaRef, identity: Vec<(&str, ArrayRef)>) -> Resu
                 .unwrap_or_else(|| new_null_array(f.data_type(), n))
         })
         .collect();
-    RecordBatch::try_new(Arc::new(relaxed(schema)), cols)
-        .map_err(|e| Error::new(&codes::ENGINE_ERROR, e.to_string()))
+    RecordBatch::try_new(Arc::new(relaxed(schema)), cols).map_err(engine_err)
 }
 
 /// Runs of removed state rows in the layout `schema` (a snapshot's): `prefix` gives all
@@ -526,7 +525,6 @@ pub fn removed_runs<'a>(
 /// layout), then the `removed` ones (see [`removed_rows`] and [`removed_runs`]), with a
 /// [`REMOVED`] column telling which. The parts are copied once, into the result.
 pub fn changes_batch(upserts: &[RecordBatch], removed: &RecordBatch) -> Result<RecordBatch> {
-    let engine = |e: arrow::error::ArrowError| Error::new(&codes::ENGINE_ERROR, e.to_string());
     let mut fields: Vec<Field> = relaxed(&removed.schema())
         .fields()
         .iter()
@@ -542,14 +540,14 @@ pub fn changes_batch(upserts: &[RecordBatch], removed: &RecordBatch) -> Result<R
             cols.push(new_null_array(&DataType::UInt64, b.num_rows()));
         }
         cols.push(Arc::new(BooleanArray::from(vec![removed; b.num_rows()])));
-        RecordBatch::try_new(schema.clone(), cols).map_err(engine)
+        RecordBatch::try_new(schema.clone(), cols).map_err(engine_err)
     };
     let mut parts = upserts
         .iter()
         .map(|b| part(b, false))
         .collect::<Result<Vec<_>>>()?;
     parts.push(part(removed, true)?);
-    concat_batches(&schema, &parts).map_err(engine)
+    concat_batches(&schema, &parts).map_err(engine_err)
 }
 
 /// `base` (a snapshot, or nothing) with a changes batch applied: rows of `base` that the
@@ -560,7 +558,6 @@ pub fn apply_changes(
     changes: &RecordBatch,
     identity: &[&str],
 ) -> Result<RecordBatch> {
-    let engine = |e: arrow::error::ArrowError| Error::new(&codes::ENGINE_ERROR, e.to_string());
     let bad = |m: String| Error::new(&codes::CHECKPOINT_CORRUPT, format!("state changes: {m}"));
     let flags = changes
         .column_by_name(REMOVED)
@@ -587,7 +584,7 @@ pub fn apply_changes(
                 if c.data_type() == f.data_type() {
                     Ok(c.clone())
                 } else {
-                    cast(c, f.data_type()).map_err(engine)
+                    cast(c, f.data_type()).map_err(engine_err)
                 }
             })
             .collect::<Result<Vec<_>>>()?;
@@ -596,10 +593,11 @@ pub fn apply_changes(
             cols,
             &arrow::array::RecordBatchOptions::new().with_row_count(Some(b.num_rows())),
         )
-        .map_err(engine)
+        .map_err(engine_err)
     };
-    let upserts =
-        data(&filter_record_batch(changes, &not(&flags).map_err(engine)?).map_err(engine)?)?;
+    let upserts = data(
+        &filter_record_batch(changes, &not(&flags).map_err(engine_err)?).map_err(engine_err)?,
+    )?;
     let id_cols = |b: &RecordBatch| -> Result<Vec<ArrayRef>> {
         identity
             .iter()
@@ -616,10 +614,10 @@ pub fn apply_changes(
             .map(|a| SortField::new(a.data_type().clone()))
             .collect(),
     )
-    .map_err(engine)?;
+    .map_err(engine_err)?;
     let touched_rows = converter
         .convert_columns(&id_cols(changes)?)
-        .map_err(engine)?;
+        .map_err(engine_err)?;
     let touched: HashSet<&[u8]> = (0..touched_rows.num_rows())
         .map(|i| touched_rows.row(i).data())
         .collect();
@@ -628,17 +626,17 @@ pub fn apply_changes(
     if let Some(base) = base {
         let base = data(base)?;
         let base_ids = id_cols(&base)?;
-        let ids = converter.convert_columns(&base_ids).map_err(engine)?;
+        let ids = converter.convert_columns(&base_ids).map_err(engine_err)?;
         let in_run = runs.contains_fn(&base_ids)?;
         let keep = BooleanArray::from(
             (0..ids.num_rows())
                 .map(|i| !touched.contains(ids.row(i).data()) && !in_run(i))
                 .collect::<Vec<bool>>(),
         );
-        parts.push(filter_record_batch(&base, &keep).map_err(engine)?);
+        parts.push(filter_record_batch(&base, &keep).map_err(engine_err)?);
     }
     parts.push(upserts);
-    let merged = concat_batches(&data_schema, &parts).map_err(engine)?;
+    let merged = concat_batches(&data_schema, &parts).map_err(engine_err)?;
     let sort: Vec<SortColumn> = id_cols(&merged)?
         .into_iter()
         .map(|values| SortColumn {
@@ -646,8 +644,8 @@ pub fn apply_changes(
             options: None,
         })
         .collect();
-    let order = lexsort_to_indices(&sort, None).map_err(engine)?;
-    take_record_batch(&merged, &order).map_err(engine)
+    let order = lexsort_to_indices(&sort, None).map_err(engine_err)?;
+    take_record_batch(&merged, &order).map_err(engine_err)
 }
 
 /// The runs of removed identities of a changes batch (its rows with a
@@ -671,6 +669,12 @@ impl RemovedRuns {
                 .cloned()
                 .ok_or_else(|| bad(format!("no identity column `{name}`")))
         };
+        let Some(through) = changes.column_by_name(REMOVED_THROUGH) else {
+            return Ok(RemovedRuns {
+                prefix: None,
+                ranges: Default::default(),
+            });
+        };
         let prefix_cols = prefix
             .iter()
             .map(|c| column(c))
@@ -688,9 +692,6 @@ impl RemovedRuns {
                 .transpose()
                 .map_err(engine_err)?,
             ranges: Default::default(),
-        };
-        let Some(through) = changes.column_by_name(REMOVED_THROUGH) else {
-            return Ok(runs);
         };
         let through = cast(through, &DataType::UInt64).map_err(engine_err)?;
         let through = through.as_primitive::<arrow::datatypes::UInt64Type>();
