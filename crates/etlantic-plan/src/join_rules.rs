@@ -14,10 +14,14 @@
 //!   outer with the stream on the left, right outer with the stream on the right, semi
 //!   and anti with the stream on the left; full outer joins with a static side are
 //!   refused (`ETL404`);
-//! - a stateful step after a stream-stream join is refused (`ETL404`): the embedded
-//!   runtime has one global watermark and does not propagate a join's output watermark
-//!   (a join after window aggregations is fine: the windows' bounds are event time, see
-//!   [`crate::event_time`]);
+//! - after a stream-stream join, only aggregations may keep state (`ETL404` otherwise),
+//!   and only after an inner join of two watermarked streams: its `time_range` (or an
+//!   event-time key) bounds how far behind the watermark its output's event time can be,
+//!   which the aggregation finalises by (see [`crate::event_time`]); an outer join emits
+//!   its unmatched rows late by an amount nothing bounds. A join whose output feeds
+//!   another stateful step runs in append mode whatever the sink's mode (see
+//!   [`crate::stateful_chain`]); a join after windows is fine too (the windows' bounds
+//!   are event time);
 //! - a static source (`static_refresh`) has no event time, watermark, late-event policy
 //!   or read limit, and a sink needs at least one streaming source (`ETL432`).
 
@@ -28,8 +32,20 @@ use etlantic_core::streaming::{LatePolicy, OutputMode};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+/// Whether a relation comes out of a stream-stream join, as stateful steps after it care.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+enum AfterJoin {
+    /// No stream-stream join before it.
+    #[default]
+    No,
+    /// An inner join of two watermarked streams: its output's event time is bounded.
+    Inner,
+    /// Another stream-stream join: nothing bounds how late its rows can be.
+    Unbounded,
+}
+
 /// Sources feeding `node` (transitively).
-fn sources_of(project: &Project, node: &str, out: &mut Vec<String>) {
+pub(crate) fn sources_of(project: &Project, node: &str, out: &mut Vec<String>) {
     if project.pipeline.source(node).is_some() {
         if !out.iter().any(|s| s == node) {
             out.push(node.to_string());
@@ -44,7 +60,7 @@ fn sources_of(project: &Project, node: &str, out: &mut Vec<String>) {
 }
 
 /// Transformations feeding `node`, upstream first.
-fn transforms_of(project: &Project, node: &str, out: &mut Vec<String>) {
+pub(crate) fn transforms_of(project: &Project, node: &str, out: &mut Vec<String>) {
     if let Some(t) = project.pipeline.transform(node) {
         for r in t.inputs.values() {
             transforms_of(project, r.from(), out);
@@ -55,7 +71,7 @@ fn transforms_of(project: &Project, node: &str, out: &mut Vec<String>) {
     }
 }
 
-fn is_static(project: &Project, source: &str) -> bool {
+pub(crate) fn is_static(project: &Project, source: &str) -> bool {
     project
         .pipeline
         .source(source)
@@ -130,19 +146,23 @@ pub fn check(project: &Project, plans: &HashMap<String, Arc<TransformPlan>>) -> 
         let mut transforms = Vec::new();
         transforms_of(project, &sink.input, &mut transforms);
         // Transformations whose output comes out of a stream-stream join.
-        let mut after_join: HashSet<String> = HashSet::new();
+        let mut after_join: HashMap<String, AfterJoin> = HashMap::new();
         for t in &transforms {
             let Some(def) = pl.transform(t) else { continue };
             let Some(plan) = plans.get(t) else { continue };
             let decoded = plan.decoded();
             let mut fed: HashMap<String, Vec<String>> = HashMap::new();
-            let mut joined: HashMap<String, bool> = HashMap::new();
+            let mut joined: HashMap<String, AfterJoin> = HashMap::new();
             for (port, r) in &def.inputs {
                 let mut s = Vec::new();
                 sources_of(project, r.from(), &mut s);
                 fed.insert(port.clone(), s);
-                joined.insert(port.clone(), after_join.contains(r.from()));
+                joined.insert(
+                    port.clone(),
+                    after_join.get(r.from()).copied().unwrap_or_default(),
+                );
             }
+            let inner = crate::stateful_chain::inner_steps(project, plans, t);
             let lineage = event_time.lineage(t);
             let streaming = |fed: &[String]| fed.iter().any(|s| !is_static(project, s));
             let ttl = project
@@ -162,23 +182,34 @@ pub fn check(project: &Project, plans: &HashMap<String, Arc<TransformPlan>>) -> 
                 f.dedup();
                 let mut after = inputs
                     .iter()
-                    .any(|r| joined.get(r).copied().unwrap_or(false));
+                    .map(|r| joined.get(r).copied().unwrap_or_default())
+                    .max()
+                    .unwrap_or_default();
                 let mut once =
                     |d: &mut Diagnostics, code: &'static codes::CodeInfo, diag: Diagnostic| {
                         if reported.insert((t.clone(), step.id.clone(), code.code)) {
                             d.push(diag.at(path.clone()).in_file(file.clone()));
                         }
                     };
-                if after && step.op.is_stateful() && streaming(&f) {
-                    once(
-                                &mut d,
-                        &codes::UNSUPPORTED_STREAMING_OP,
-                        Diagnostic::new(
+                if after != AfterJoin::No && step.op.is_stateful() && streaming(&f) {
+                    let refused = if after == AfterJoin::Unbounded {
+                        Some(Diagnostic::new(
                             &codes::UNSUPPORTED_STREAMING_OP,
-                            format!("`{t}`: a stateful step ({}) after a stream-stream join is not supported", step.op.id()),
+                            format!("`{t}`: a stateful step ({}) after an outer stream-stream join, or one of a stream without a watermark, is not supported", step.op.id()),
                         )
-                        .help("Aggregate or deduplicate the streams before the join, or write the join's output and read it in another pipeline."),
-                    );
+                        .help("Only an inner join of two watermarked streams bounds how late its output's event time can be (by its time_range or an event-time key). Aggregate before the join, or write the join's output and read it in another pipeline."))
+                    } else if !step.op.is_aggregation() {
+                        Some(Diagnostic::new(
+                            &codes::UNSUPPORTED_STREAMING_OP,
+                            format!("`{t}`: only an aggregation can follow a stream-stream join ({} cannot)", step.op.id()),
+                        )
+                        .help("Deduplicate or process the streams before the join."))
+                    } else {
+                        None
+                    };
+                    if let Some(diag) = refused {
+                        once(&mut d, &codes::UNSUPPORTED_STREAMING_OP, diag);
+                    }
                 }
                 if let Action::Join {
                     right,
@@ -194,8 +225,30 @@ pub fn check(project: &Project, plans: &HashMap<String, Arc<TransformPlan>>) -> 
                     let (ls, rs) = (streaming(&lfed), streaming(&rfed));
                     let jt = join_type.name();
                     if ls && rs {
-                        after = true;
-                        if mode != OutputMode::Append {
+                        if after != AfterJoin::No {
+                            once(
+                                &mut d,
+                                &codes::UNSUPPORTED_STREAMING_OP,
+                                Diagnostic::new(
+                                    &codes::UNSUPPORTED_STREAMING_OP,
+                                    format!("`{t}`: a stream-stream join of another stream-stream join's output is not supported"),
+                                )
+                                .help("Join the streams in one step each before the other join, or write the first join's output and read it in another pipeline."),
+                            );
+                        }
+                        let lwm = lineage.get(&step.target).cloned().unwrap_or_default();
+                        let rwm = lineage.get(right).cloned().unwrap_or_default();
+                        after = if *join_type == JoinType::Inner
+                            && !lwm.is_empty()
+                            && !rwm.is_empty()
+                        {
+                            AfterJoin::Inner
+                        } else {
+                            AfterJoin::Unbounded
+                        };
+                        // A join that feeds another stateful step emits its rows once, in
+                        // append mode, whatever the sink's mode.
+                        if mode != OutputMode::Append && !inner.contains(&step.id) {
                             d.push(
                                 Diagnostic::new(
                                     &codes::UPDATE_MODE_UNSUPPORTED,
@@ -233,8 +286,6 @@ pub fn check(project: &Project, plans: &HashMap<String, Arc<TransformPlan>>) -> 
                             );
                             continue;
                         }
-                        let lwm = lineage.get(&step.target).cloned().unwrap_or_default();
-                        let rwm = lineage.get(right).cloned().unwrap_or_default();
                         let wm_in_keys = left_keys.iter().any(|k| lwm.contains(k))
                             || right_keys.iter().any(|k| rwm.contains(k));
                         // Spark's getStateValueWatermark: the range bounds a side's time by
@@ -332,10 +383,10 @@ pub fn check(project: &Project, plans: &HashMap<String, Arc<TransformPlan>>) -> 
             let out = decoded
                 .outputs
                 .values()
-                .any(|r| joined.get(r).copied().unwrap_or(false));
-            if out {
-                after_join.insert(t.clone());
-            }
+                .map(|r| joined.get(r).copied().unwrap_or_default())
+                .max()
+                .unwrap_or_default();
+            after_join.insert(t.clone(), out);
         }
     }
     d

@@ -23,6 +23,7 @@ pub mod planner;
 pub mod project;
 pub mod schema;
 pub mod state_rules;
+pub mod stateful_chain;
 pub mod streaming_rules;
 
 pub use plan::PipelinePlan;

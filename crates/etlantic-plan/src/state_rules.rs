@@ -6,7 +6,8 @@
 //! - `ETL420` a `process` step with `time_mode: event_time` needs a watermarked input;
 //! - `ETL221` a `state_ttl` entry names a transformation (or `<transformation>.<step>`
 //!   operator) that keeps no streaming state;
-//! - `ETL421` a `state_ttl` entry covers an aggregation that feeds a sink in append mode
+//! - `ETL421` a `state_ttl` entry covers an aggregation that emits in append mode (it
+//!   feeds a sink in append mode, or another stateful step)
 //!   (the watermark bounds that state; expiring it would drop unemitted results).
 
 use crate::project::Project;
@@ -79,7 +80,14 @@ pub fn check(project: &Project, plans: &HashMap<String, Arc<TransformPlan>>) -> 
             .any(|s| s.watermark.is_some() && s.event_time.is_some());
         for t in &transforms {
             let Some(plan) = plans.get(t) else { continue };
+            let inner = crate::stateful_chain::inner_steps(project, plans, t);
             for step in &plan.decoded().steps {
+                // An inner stateful step runs in append mode (see `stateful_chain`).
+                let mode = if inner.contains(&step.id) {
+                    OutputMode::Append
+                } else {
+                    mode
+                };
                 let Action::Process {
                     processor,
                     time_mode,
@@ -118,28 +126,32 @@ pub fn check(project: &Project, plans: &HashMap<String, Arc<TransformPlan>>) -> 
                 }
             }
         }
-        if mode == OutputMode::Append {
-            for op in project.pipeline_ttl_entries() {
-                let transform = op.split_once('.').map_or(op, |(t, _)| t);
-                if !transforms.iter().any(|t| t == transform) {
-                    continue;
-                }
-                let Some(steps) = ttl_targets(op, plans) else {
-                    continue;
-                };
-                if let Some(agg) = steps.iter().find(|s| s.op.is_aggregation()) {
-                    d.push(
-                        Diagnostic::new(
-                            &codes::STATE_TTL_DROPS_RESULTS,
-                            format!(
-                                "`state_ttl` covers the aggregation `{}` of `{transform}`, which feeds `{}` in append mode",
-                                agg.id, sink.id
-                            ),
-                        )
-                        .at(format!("state_ttl.{op}"))
-                        .in_file(profile_file.clone()),
-                    );
-                }
+        for op in project.pipeline_ttl_entries() {
+            let transform = op.split_once('.').map_or(op, |(t, _)| t);
+            if !transforms.iter().any(|t| t == transform) {
+                continue;
+            }
+            let Some(steps) = ttl_targets(op, plans) else {
+                continue;
+            };
+            let inner = crate::stateful_chain::inner_steps(project, plans, transform);
+            let appends = |id: &str| mode == OutputMode::Append || inner.contains(id);
+            if let Some(agg) = steps
+                .iter()
+                .find(|s| s.op.is_aggregation() && appends(&s.id))
+            {
+                d.push(
+                    Diagnostic::new(
+                        &codes::STATE_TTL_DROPS_RESULTS,
+                        format!(
+                            "`state_ttl` covers the aggregation `{}` of `{transform}`, which emits its rows in append mode (it feeds `{}`{})",
+                            agg.id, sink.id,
+                            if mode == OutputMode::Append { "" } else { " through another stateful step" }
+                        ),
+                    )
+                    .at(format!("state_ttl.{op}"))
+                    .in_file(profile_file.clone()),
+                );
             }
         }
     }

@@ -2,14 +2,18 @@
 //! for unbounded inputs (`UnsupportedOperationChecker`), each with its own code.
 //!
 //! - `ETL401` an aggregation in append mode needs a watermark on the event-time column it
-//!   groups or windows by;
+//!   groups or windows by (after a stream-stream join, a column the join's time range
+//!   bounds);
 //! - `ETL402` session windows do not support update mode;
 //! - `ETL403` complete mode needs an aggregation;
 //! - `ETL404` sort without complete-mode aggregation, limit outside complete mode,
 //!   dedup within the watermark without a watermark;
-//! - `ETL407` more than one aggregation on one stream in update or complete mode (in
-//!   append mode they chain, each finalising by the watermark on the event-time columns
-//!   it receives: see [`crate::event_time`]);
+//! - `ETL407` an aggregation whose rows feed another stateful step, in update or
+//!   complete mode, that cannot finalise them by the watermark (no window or event-time
+//!   key a watermark bounds). Stateful steps chain: every one but the last runs in append
+//!   mode, finalising by the watermark on the event-time columns it receives (see
+//!   [`crate::event_time`] and [`crate::stateful_chain`]), and the last runs in its
+//!   sink's mode;
 //! - joins and static sources: see [`crate::join_rules`] (`ETL404`, `ETL409`, `ETL430`,
 //!   `ETL431`, `ETL432`).
 
@@ -61,11 +65,36 @@ pub fn check(project: &Project, plans: &HashMap<String, Arc<TransformPlan>>) -> 
             if crate::join_rules::only_static(project, t) {
                 continue;
             }
-            let lineage = event_time.lineage(t);
+            let lineage = event_time.lagged_lineage(t);
+            let inner = crate::stateful_chain::inner_steps(project, plans, t);
             for step in &plan.decoded().steps {
                 let path = format!("transforms[{t}].steps[{}]", step.id);
-                // The watermarked event-time columns of the step's input.
-                let watermarked = lineage.get(&step.target).cloned().unwrap_or_default();
+                // The watermarked event-time columns of the step's input that a watermark
+                // can finalise by (a join's columns outside its time range cannot).
+                let watermarked: Vec<String> = lineage
+                    .get(&step.target)
+                    .into_iter()
+                    .flatten()
+                    .filter(|c| c.is_bounded())
+                    .map(|c| c.name.clone())
+                    .collect();
+                // An inner stateful step runs in append mode whatever the sink's mode.
+                let is_inner = inner.contains(&step.id);
+                let step_mode = if is_inner { OutputMode::Append } else { mode };
+                // An aggregation that cannot finalise its rows: in append mode it would
+                // never emit them (`what`); as an inner step in another mode its changing
+                // rows would feed the next stateful step.
+                let not_final = |what: String| {
+                    if is_inner && mode != OutputMode::Append {
+                        Diagnostic::new(
+                            &codes::MULTIPLE_AGGREGATIONS,
+                            format!("the aggregation `{}` in `{t}` feeds another stateful step but cannot finalise its rows by the watermark; every stateful step but the last emits final rows, whatever the sink's mode (`{}` is in {} mode)", step.id, sink.id, mode.as_str()),
+                        )
+                        .help("Group the inner aggregation by a window or a watermarked event-time column, so that it emits each row once, final by the watermark.")
+                    } else {
+                        Diagnostic::new(&codes::APPEND_AGG_WITHOUT_WATERMARK, what)
+                    }
+                };
                 match &step.op {
                     Action::WindowAggregate { window, aggregates, .. } => {
                         aggregations += 1;
@@ -79,7 +108,7 @@ pub fn check(project: &Project, plans: &HashMap<String, Arc<TransformPlan>>) -> 
                                 .in_file(file.clone()),
                             );
                         }
-                        if matches!(window.kind, WindowKind::Session { .. }) && mode == OutputMode::Update {
+                        if matches!(window.kind, WindowKind::Session { .. }) && step_mode == OutputMode::Update {
                             d.push(
                                 Diagnostic::new(
                                     &codes::SESSION_WINDOW_UPDATE,
@@ -103,15 +132,12 @@ pub fn check(project: &Project, plans: &HashMap<String, Arc<TransformPlan>>) -> 
                                 .at(path.clone())
                                 .in_file(file.clone()),
                             );
-                        } else if mode == OutputMode::Append && !watermarked.contains(&window.time_column) {
+                        } else if step_mode == OutputMode::Append && !watermarked.contains(&window.time_column) {
                             d.push(
-                                Diagnostic::new(
-                                    &codes::APPEND_AGG_WITHOUT_WATERMARK,
-                                    format!(
-                                        "window aggregation over `{}` in `{t}` feeds `{}` in append mode, but `{}` has no watermark",
-                                        window.time_column, sink.id, window.time_column
-                                    ),
-                                )
+                                not_final(format!(
+                                    "window aggregation over `{}` in `{t}` feeds `{}` in append mode, but `{}` has no watermark",
+                                    window.time_column, sink.id, window.time_column
+                                ))
                                 .at(path.clone())
                                 .in_file(file.clone()),
                             );
@@ -138,22 +164,16 @@ pub fn check(project: &Project, plans: &HashMap<String, Arc<TransformPlan>>) -> 
                             && [WINDOW_BOUNDS[0], WINDOW_BOUNDS[1]].map(|b| {
                                 group_by.iter().any(|g| matches!(&g.expr, Expr::Column(c) if c == b))
                             }) == [true, false];
-                        if mode == OutputMode::Append && keyed_by_start_only {
+                        if step_mode == OutputMode::Append && keyed_by_start_only {
                             d.push(
-                                Diagnostic::new(
-                                    &codes::APPEND_AGG_WITHOUT_WATERMARK,
-                                    format!("aggregation in `{t}` groups windows by `window_start` only; a window is final when its end passes the watermark"),
-                                )
+                                not_final(format!("aggregation in `{t}` groups windows by `window_start` only; a window is final when its end passes the watermark"))
                                 .help("Group by window_end too (`group_by: [window_start, window_end, ...]`).")
                                 .at(path.clone())
                                 .in_file(file.clone()),
                             );
-                        } else if mode == OutputMode::Append && !keyed_by_watermark {
+                        } else if step_mode == OutputMode::Append && !keyed_by_watermark {
                             d.push(
-                                Diagnostic::new(
-                                    &codes::APPEND_AGG_WITHOUT_WATERMARK,
-                                    format!("aggregation in `{t}` feeds `{}` in append mode without a watermarked event-time key", sink.id),
-                                )
+                                not_final(format!("aggregation in `{t}` feeds `{}` in append mode without a watermarked event-time key", sink.id))
                                 .at(path.clone())
                                 .in_file(file.clone()),
                             );
@@ -208,24 +228,6 @@ pub fn check(project: &Project, plans: &HashMap<String, Arc<TransformPlan>>) -> 
                     _ => {}
                 }
             }
-        }
-        // Spark 3.5+: chained stateful operators in append mode, where each aggregation
-        // finalises by the watermark (ETL401 above) and emits every row once; in update
-        // or complete mode an aggregation's changing rows would feed the next one.
-        if aggregations > 1 && mode != OutputMode::Append {
-            d.push(
-                Diagnostic::new(
-                    &codes::MULTIPLE_AGGREGATIONS,
-                    format!(
-                        "`{}` is fed by {aggregations} streaming aggregations in {} mode",
-                        sink.id,
-                        mode.as_str()
-                    ),
-                )
-                .help("Chain aggregations in append mode only (each grouped by a window or a watermarked event-time column), or run the pipeline in batch mode.")
-                .at(at.clone())
-                .in_file(file.clone()),
-            );
         }
         if mode == OutputMode::Complete && aggregations == 0 {
             d.push(

@@ -26,7 +26,7 @@
 use arrow::array::RecordBatch;
 use datafusion::prelude::SessionContext;
 use etlantic_core::plugin::{ReadLimit, Source, SourceContext};
-use etlantic_core::streaming::ExecutionMode;
+use etlantic_core::streaming::{ExecutionMode, OutputMode};
 use etlantic_core::uri::BindingUri;
 use etlantic_datafusion::streaming::{StreamingOptions, StreamingQuery};
 use etlantic_plan::Project;
@@ -148,7 +148,14 @@ fn stream(rt: &tokio::runtime::Runtime, q: &Query, events: u64, per_batch: u64) 
     etlantic_sinks::foreach::register(
         &name,
         Arc::new(move |b: etlantic_sinks::foreach::ForeachBatch<'_>| {
-            counter.fetch_add(b.data.num_rows() as u64, Ordering::Relaxed);
+            // The rows of the result: in complete mode each write is all of it.
+            let n = b.data.num_rows() as u64;
+            match b.output_mode {
+                OutputMode::Complete => counter.store(n, Ordering::Relaxed),
+                _ => {
+                    counter.fetch_add(n, Ordering::Relaxed);
+                }
+            }
             Ok(())
         }),
     );

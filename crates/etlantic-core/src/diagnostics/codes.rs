@@ -189,8 +189,8 @@ catalogue! {
         "A watermark is declared on a column that is not a timestamp, or with a negative delay.",
         "Declare the watermark on a timestamp column of the source with a delay >= 0.");
     MULTIPLE_AGGREGATIONS = ("ETL407", "multiple-streaming-aggregations", Streaming, Error,
-        "More than one stateful aggregation on an unbounded input in update or complete mode.",
-        "Chain aggregations in append mode, each grouped by a window or a watermarked event-time column (Spark 3.5+), or run the pipeline in batch mode.");
+        "An aggregation whose rows feed another stateful step, in update or complete mode, cannot finalise them by the watermark (every operator but the last of a chain runs in append mode).",
+        "Group the inner aggregation by a window or a watermarked event-time column (after a stream-stream join, one its time range bounds), or run the pipeline in batch mode.");
     SIDE_OUTPUT_UNKNOWN = ("ETL408", "late-side-output-unknown", Streaming, Error,
         "A late-event policy `side_output` names a sink that is not declared.",
         "Declare the side-output sink, or change the late policy.");

@@ -22,6 +22,43 @@ pub fn watermark_column(columns: &[String]) -> Option<&String> {
         .or_else(|| columns.first())
 }
 
+/// An event-time column of a relation, and how far behind the watermark its values may
+/// be in the rows still to come.
+///
+/// A source's event-time column has no lag: the watermark is what drops rows behind it.
+/// A stream-stream join delays columns: a bid that arrives now may still match an auction
+/// that started up to the join's time range earlier, so the join's output can carry an
+/// auction time up to that range behind the watermark (Spark's watermark propagation for
+/// multiple stateful operators). A stateful step after the join compares such a column
+/// with the watermark minus its lag.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventColumn {
+    /// The column.
+    pub name: String,
+    /// How far (µs) behind the watermark later rows may be; [`UNBOUNDED_LAG`] when nothing
+    /// bounds it.
+    pub lag_us: i64,
+}
+
+/// The lag of an event-time column that nothing bounds (a join's column outside its time
+/// range): no watermark can finalise by it.
+pub const UNBOUNDED_LAG: i64 = i64::MAX;
+
+impl EventColumn {
+    /// A column without lag.
+    pub fn new(name: impl Into<String>) -> Self {
+        EventColumn {
+            name: name.into(),
+            lag_us: 0,
+        }
+    }
+
+    /// Whether a watermark can finalise by this column.
+    pub fn is_bounded(&self) -> bool {
+        self.lag_us != UNBOUNDED_LAG
+    }
+}
+
 /// Event-time columns per relation of a plan, followed through the steps: renames and
 /// projections of a column keep it an event-time column under its new name; a column
 /// replaced by a computed value or dropped stops being one.
@@ -29,51 +66,99 @@ pub fn event_time_lineage(
     steps: &[ActionNode],
     ports: HashMap<String, Vec<String>>,
 ) -> HashMap<String, Vec<String>> {
+    let ports = ports
+        .into_iter()
+        .map(|(port, cols)| (port, cols.into_iter().map(EventColumn::new).collect()))
+        .collect();
+    event_time_lags(steps, ports)
+        .into_iter()
+        .map(|(rel, cols)| (rel, cols.into_iter().map(|c| c.name).collect()))
+        .collect()
+}
+
+/// [`event_time_lineage`] with each column's lag (see [`EventColumn`]). Aggregations keep
+/// the lag of their event-time keys (they emit a group once the watermark minus that lag
+/// passes it), a window's bounds get the lag of its time column, and a stream-stream join
+/// (both sides with event-time columns) delays its columns by its `time_range`: future
+/// output rows pair a new row of one side with a held row of the other, so the left time
+/// can be up to `lower` behind the right side's and the right time up to `upper` behind
+/// the left side's. An event-time key pair of the join bounds its columns too; any other
+/// event-time column of a stream-stream join is unbounded.
+pub fn event_time_lags(
+    steps: &[ActionNode],
+    ports: HashMap<String, Vec<EventColumn>>,
+) -> HashMap<String, Vec<EventColumn>> {
     let mut map = ports;
+    let lag_of =
+        |cols: &[EventColumn], name: &str| cols.iter().find(|c| c.name == name).map(|c| c.lag_us);
     for step in steps {
         let mut cur = map.get(&step.target).cloned().unwrap_or_default();
         match &step.op {
             Action::RenameFields { mapping } => {
                 for c in cur.iter_mut() {
-                    if let Some(n) = mapping.get(c) {
-                        *c = n.clone();
+                    if let Some(n) = mapping.get(&c.name) {
+                        c.name = n.clone();
                     }
                 }
             }
             Action::Project { fields } => {
                 cur = fields
                     .iter()
-                    .filter(|f| matches!(&f.expr, Expr::Column(c) if cur.contains(c)))
-                    .map(|f| f.name.clone())
+                    .filter_map(|f| match &f.expr {
+                        Expr::Column(c) => Some(EventColumn {
+                            name: f.name.clone(),
+                            lag_us: lag_of(&cur, c)?,
+                        }),
+                        _ => None,
+                    })
                     .collect();
             }
             Action::WithFields { assignments } => {
                 for a in assignments {
-                    let keeps = matches!(&a.expr, Expr::Column(c) if cur.contains(c));
-                    if keeps {
-                        if !cur.contains(&a.name) {
-                            cur.push(a.name.clone());
+                    let kept = match &a.expr {
+                        Expr::Column(c) => lag_of(&cur, c),
+                        _ => None,
+                    };
+                    match (kept, cur.iter().position(|c| c.name == a.name)) {
+                        (Some(lag_us), Some(i)) => cur[i].lag_us = lag_us,
+                        (Some(lag_us), None) => cur.push(EventColumn {
+                            name: a.name.clone(),
+                            lag_us,
+                        }),
+                        (None, _) => cur.retain(|c| c.name != a.name),
+                    }
+                }
+            }
+            Action::DropFields { fields, .. } => cur.retain(|c| !fields.contains(&c.name)),
+            Action::Join {
+                right,
+                left_keys,
+                right_keys,
+                time_range,
+                ..
+            } => {
+                let other = map.get(right).cloned().unwrap_or_default();
+                if !cur.is_empty() && !other.is_empty() {
+                    cur = join_lags(&cur, &other, left_keys, right_keys, time_range.as_ref());
+                } else {
+                    // One side has no event time (a static table): the other side's rows
+                    // come out of the join as they came in.
+                    for c in other {
+                        if lag_of(&cur, &c.name).is_none() {
+                            cur.push(c);
                         }
-                    } else {
-                        cur.retain(|c| *c != a.name);
                     }
                 }
             }
-            Action::DropFields { fields, .. } => cur.retain(|c| !fields.contains(c)),
-            Action::Join { right, .. } | Action::Union { other: right, .. } => {
-                for c in map.get(right).cloned().unwrap_or_default() {
-                    if !cur.contains(&c) {
-                        cur.push(c);
+            Action::Union { other, .. } => {
+                for c in map.get(other).cloned().unwrap_or_default() {
+                    match cur.iter_mut().find(|x| x.name == c.name) {
+                        Some(x) => x.lag_us = x.lag_us.max(c.lag_us),
+                        None => cur.push(c),
                     }
                 }
             }
-            Action::Aggregate { group_by, .. } => {
-                cur = group_by
-                    .iter()
-                    .filter(|g| matches!(&g.expr, Expr::Column(c) if cur.contains(c)))
-                    .map(|g| g.name.clone())
-                    .collect();
-            }
+            Action::Aggregate { group_by, .. } => cur = keys_of(&cur, group_by),
             // The window of an event-time column is event time too (Spark gives the
             // `window` struct the watermark metadata): its bounds are final once emitted
             // in append mode, which is what lets a later window aggregation or join use
@@ -81,14 +166,13 @@ pub fn event_time_lineage(
             Action::WindowAggregate {
                 group_by, window, ..
             } => {
-                let windowed = cur.contains(&window.time_column);
-                cur = group_by
-                    .iter()
-                    .filter(|g| matches!(&g.expr, Expr::Column(c) if cur.contains(c)))
-                    .map(|g| g.name.clone())
-                    .collect();
-                if windowed {
-                    cur.extend(WINDOW_BOUNDS.iter().map(|c| c.to_string()));
+                let windowed = lag_of(&cur, &window.time_column);
+                cur = keys_of(&cur, group_by);
+                if let Some(lag_us) = windowed {
+                    cur.extend(WINDOW_BOUNDS.iter().map(|c| EventColumn {
+                        name: c.to_string(),
+                        lag_us,
+                    }));
                 }
             }
             Action::Filter { .. }
@@ -105,6 +189,81 @@ pub fn event_time_lineage(
         map.insert(step.id.clone(), cur);
     }
     map
+}
+
+/// The event-time columns among an aggregation's keys, under the keys' names.
+fn keys_of(cols: &[EventColumn], group_by: &[super::NamedExpr]) -> Vec<EventColumn> {
+    group_by
+        .iter()
+        .filter_map(|g| match &g.expr {
+            Expr::Column(c) => cols.iter().find(|x| x.name == *c).map(|x| EventColumn {
+                name: g.name.clone(),
+                lag_us: x.lag_us,
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The event-time columns of a stream-stream join's output (see [`event_time_lags`]).
+fn join_lags(
+    left: &[EventColumn],
+    right: &[EventColumn],
+    left_keys: &[String],
+    right_keys: &[String],
+    time_range: Option<&super::JoinTimeRange>,
+) -> Vec<EventColumn> {
+    let find = |cols: &[EventColumn], name: &str| cols.iter().find(|c| c.name == name).cloned();
+    let mut bounds: HashMap<(bool, String), i64> = HashMap::new();
+    let mut bound = |is_left: bool, name: &str, lag: i64| {
+        let b = bounds.entry((is_left, name.to_string())).or_insert(lag);
+        *b = (*b).min(lag);
+    };
+    if let Some(r) = time_range {
+        if let (Some(l), Some(rt)) = (find(left, &r.left), find(right, &r.right)) {
+            // A new right row at time t matches held left rows down to t - lower; a new
+            // left row at t matches held right rows down to t - upper.
+            let behind = |lag: i64, d: i64| lag.saturating_add(d).max(0);
+            bound(
+                true,
+                &l.name,
+                l.lag_us.max(behind(rt.lag_us, r.lower.as_micros())),
+            );
+            bound(
+                false,
+                &rt.name,
+                rt.lag_us.max(behind(l.lag_us, r.upper.as_micros())),
+            );
+        }
+    }
+    for (lk, rk) in left_keys.iter().zip(right_keys) {
+        if let (Some(l), Some(r)) = (find(left, lk), find(right, rk)) {
+            // Equal times: every output row has one new side, so its time is at most the
+            // larger lag behind.
+            let lag = l.lag_us.max(r.lag_us);
+            bound(true, &l.name, lag);
+            bound(false, &r.name, lag);
+        }
+    }
+    let side = |cols: &[EventColumn], is_left: bool| {
+        cols.iter()
+            .map(|c| EventColumn {
+                name: c.name.clone(),
+                lag_us: bounds
+                    .get(&(is_left, c.name.clone()))
+                    .copied()
+                    .unwrap_or(UNBOUNDED_LAG),
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut out = side(left, true);
+    for c in side(right, false) {
+        match out.iter_mut().find(|x| x.name == c.name) {
+            Some(x) => x.lag_us = x.lag_us.max(c.lag_us),
+            None => out.push(c),
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -206,5 +365,116 @@ mod tests {
         assert_eq!(watermark_column(&l["w"]).unwrap(), "window_end");
         assert_eq!(watermark_column(&l["v"]).unwrap(), "ts");
         assert_eq!(watermark_column(&[]), None);
+    }
+
+    #[test]
+    fn a_time_range_join_delays_its_columns_and_aggregations_keep_the_delay() {
+        use crate::ir::{JoinTimeRange, WindowKind, WindowSpec};
+        use crate::streaming::Duration;
+        let secs = |n: i64| n * 1_000_000;
+        let join = |time_range: Option<JoinTimeRange>, keys: [&str; 2]| {
+            node(
+                "j",
+                "bids",
+                Action::Join {
+                    right: "auctions".into(),
+                    join_type: JoinType::Inner,
+                    left_keys: vec![keys[0].into()],
+                    right_keys: vec![keys[1].into()],
+                    predicate: None,
+                    null_safe: false,
+                    time_range,
+                },
+            )
+        };
+        // bid_ts within [auction_ts, auction_ts + 10 s]: a new bid may still meet an
+        // auction 10 s older; a new auction only bids at or after its own time.
+        let range = JoinTimeRange {
+            left: "bid_ts".into(),
+            right: "auction_ts".into(),
+            lower: Duration::ZERO,
+            upper: Duration::from_secs(10),
+        };
+        let ports = || {
+            HashMap::from([
+                (
+                    "bids".to_string(),
+                    vec![EventColumn::new("bid_ts"), EventColumn::new("other_ts")],
+                ),
+                ("auctions".to_string(), vec![EventColumn::new("auction_ts")]),
+            ])
+        };
+        let steps = vec![
+            join(Some(range.clone()), ["auction", "id"]),
+            node(
+                "a",
+                "j",
+                Action::Aggregate {
+                    group_by: vec![NamedExpr::column("id"), NamedExpr::column("auction_ts")],
+                    aggregates: vec![],
+                },
+            ),
+            node(
+                "w",
+                "j",
+                Action::WindowAggregate {
+                    window: WindowSpec {
+                        time_column: "auction_ts".into(),
+                        kind: WindowKind::Tumbling {
+                            size: Duration::from_secs(60),
+                        },
+                    },
+                    group_by: vec![],
+                    aggregates: vec![],
+                },
+            ),
+        ];
+        let l = event_time_lags(&steps, ports());
+        let lag = |rel: &str, col: &str| l[rel].iter().find(|c| c.name == col).unwrap().lag_us;
+        assert_eq!(lag("j", "bid_ts"), 0);
+        assert_eq!(lag("j", "auction_ts"), secs(10));
+        assert_eq!(lag("j", "other_ts"), UNBOUNDED_LAG);
+        assert!(!l["j"]
+            .iter()
+            .find(|c| c.name == "other_ts")
+            .unwrap()
+            .is_bounded());
+        assert_eq!(
+            l["a"],
+            vec![EventColumn {
+                name: "auction_ts".into(),
+                lag_us: secs(10)
+            }]
+        );
+        assert_eq!(lag("w", "window_end"), secs(10));
+        assert_eq!(lag("w", "window_start"), secs(10));
+
+        // Without a range nothing bounds either side; equal event-time keys bound both.
+        let l = event_time_lags(&[join(None, ["auction", "id"])], ports());
+        assert!(l["j"].iter().all(|c| !c.is_bounded()));
+        let l = event_time_lags(&[join(None, ["bid_ts", "auction_ts"])], ports());
+        assert_eq!(lag_in(&l["j"], "bid_ts"), 0);
+        assert_eq!(lag_in(&l["j"], "auction_ts"), 0);
+
+        // A side without event time (a static table) leaves the other side as it was.
+        let ports = HashMap::from([(
+            "bids".to_string(),
+            vec![EventColumn {
+                name: "bid_ts".into(),
+                lag_us: 7,
+            }],
+        )]);
+        let l = event_time_lags(&[join(None, ["auction", "id"])], ports);
+        assert_eq!(
+            l["j"],
+            vec![EventColumn {
+                name: "bid_ts".into(),
+                lag_us: 7
+            }]
+        );
+    }
+
+    fn lag_in(cols: &[EventColumn], name: &str) -> i64 {
+        cols.iter().find(|c| c.name == name).unwrap().lag_us
     }
 }

@@ -1239,6 +1239,10 @@ pub fn join_unit(
         late_policy: llate,
         sources: left.sources.clone(),
         watermarked: watermarked || any_source_watermarked,
+        // The plan refuses a stream-stream join of a join's output, the one input whose
+        // event time would lag the watermark.
+        watermark_lag_us: 0,
+        inner: false,
         prepared: Default::default(),
         changes_since_whole: 0,
         secondary: Some(SecondaryInput {

@@ -10,9 +10,10 @@ use arrow::array::{ArrayRef, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use etlantic_core::data::Table;
 use etlantic_core::diagnostics::{codes, Error, Result};
+use etlantic_core::ir::lineage::EventColumn;
 use etlantic_core::ir::{Action, ActionNode, Expr, NamedExpr, WindowKind};
 use etlantic_core::plugin::{StepLogic, StepTask};
-use etlantic_core::streaming::LatePolicy;
+use etlantic_core::streaming::{LatePolicy, OutputMode};
 use indexmap::IndexMap;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -35,6 +36,13 @@ pub struct StatefulUnit {
     pub sources: Vec<String>,
     /// Whether any of them is watermarked.
     pub watermarked: bool,
+    /// How far (µs) behind the watermark the event time it compares with the watermark
+    /// may be (after a stream-stream join: see `lineage::EventColumn`): it judges late
+    /// rows and evicts state by the watermarks minus this.
+    pub watermark_lag_us: i64,
+    /// Whether another stateful unit reads what it emits: it then runs in append mode
+    /// whatever the sink's (see [`mark_inner_units`]).
+    pub inner: bool,
     /// The second input of a two-input operator (a stream-stream join), else `None`.
     pub secondary: Option<SecondaryInput>,
     /// The plan computing `prepare`, made on the first micro-batch and reused.
@@ -93,7 +101,50 @@ pub struct TransformUnit {
     pub backend: Option<std::sync::Arc<dyn etlantic_core::plugin::Backend>>,
     /// The event-time columns of its output (see [`etlantic_core::ir::lineage`]);
     /// empty for an opaque step.
-    pub event_columns: Vec<String>,
+    pub event_columns: Vec<EventColumn>,
+}
+
+impl StatefulUnit {
+    /// The output mode it runs in when its sink's is `sink_mode`.
+    pub fn mode(&self, sink_mode: OutputMode) -> OutputMode {
+        if self.inner {
+            OutputMode::Append
+        } else {
+            sink_mode
+        }
+    }
+}
+
+/// Marks the inner stateful units of `transforms` (in execution order): those another
+/// stateful unit comes after, later in their transformation or in a transformation that
+/// reads theirs (directly or not). An inner unit runs in append mode, emitting each row
+/// once, final by the watermark, so that the unit after it never sees a row change; only
+/// the last runs in its sink's mode. The plan's rules assume the same
+/// (`etlantic_plan::stateful_chain`).
+pub fn mark_inner_units(transforms: &mut [TransformUnit]) {
+    // Whether a transformation reading the i-th one (directly or not) keeps state.
+    let mut followed = vec![false; transforms.len()];
+    for i in (0..transforms.len()).rev() {
+        let id = transforms[i].id.clone();
+        followed[i] = transforms.iter().enumerate().skip(i + 1).any(|(j, u)| {
+            u.inputs.values().any(|n| *n == id)
+                && (followed[j] || u.units.iter().any(|x| matches!(x, Unit::Stateful(_))))
+        });
+    }
+    for (t, followed) in transforms.iter_mut().zip(followed) {
+        let stateful: Vec<usize> = t
+            .units
+            .iter()
+            .enumerate()
+            .filter(|(_, u)| matches!(u, Unit::Stateful(_)))
+            .map(|(i, _)| i)
+            .collect();
+        for (k, &i) in stateful.iter().enumerate() {
+            if let Unit::Stateful(s) = &mut t.units[i] {
+                s.inner = followed || k + 1 < stateful.len();
+            }
+        }
+    }
 }
 
 /// Information about the sources of the region.
@@ -128,13 +179,21 @@ fn present_watermark_column(event_cols: &[String], input: &SchemaRef) -> Option<
     etlantic_core::ir::lineage::watermark_column(&present).cloned()
 }
 
+/// The lag behind the watermark of the column `column` among `cols` (0 when it is not
+/// an event-time column: the step then compares nothing with the watermark).
+fn lag_of(cols: &[EventColumn], column: Option<&str>) -> i64 {
+    column
+        .and_then(|c| cols.iter().find(|x| x.name == c))
+        .map_or(0, |c| c.lag_us)
+}
+
 /// Builds the units of one transformation. `schemas` holds the schemas of every relation
 /// visible to it (its ports), and receives the schemas of the steps; `event_time` holds
 /// the event-time columns of every upstream node's output.
 pub fn build_transform(
     task: &StepTask,
     upstream_sources: &HashMap<String, Vec<String>>,
-    event_time: &HashMap<String, Vec<String>>,
+    event_time: &HashMap<String, Vec<EventColumn>>,
     sources: &HashMap<String, SourceInfo>,
     schemas: &mut HashMap<String, SchemaRef>,
 ) -> Result<TransformUnit> {
@@ -188,8 +247,9 @@ pub fn build_transform(
                 )
             })
             .collect();
-        etlantic_core::ir::lineage::event_time_lineage(&decoded.steps, ports)
+        etlantic_core::ir::lineage::event_time_lags(&decoded.steps, ports)
     };
+    let names = |cols: &[EventColumn]| cols.iter().map(|c| c.name.clone()).collect::<Vec<_>>();
     for step in &decoded.steps {
         let mut fed: Vec<String> = feeders.get(&step.target).cloned().unwrap_or_default();
         for s in step.op.secondary_inputs() {
@@ -204,7 +264,7 @@ pub fn build_transform(
             let left_fed = feeders.get(&step.target).cloned().unwrap_or_default();
             let right_fed = feeders.get(right).cloned().unwrap_or_default();
             if !is_static(&left_fed) && !is_static(&right_fed) {
-                let lineage_of = |rel: &str| lineage.get(rel).cloned().unwrap_or_default();
+                let lineage_of = |rel: &str| names(lineage.get(rel).map_or(&[][..], |c| c));
                 let (left_events, right_events) = (lineage_of(&step.target), lineage_of(right));
                 // Keep in state only the columns the join and what follows it read.
                 let pruned = prune_join_inputs(
@@ -285,174 +345,198 @@ pub fn build_transform(
         let infos: Vec<&SourceInfo> = fed.iter().filter_map(|s| sources.get(s)).collect();
         let watermarked = infos.iter().any(|i| i.event_time.is_some());
         let late_policy = infos.first().map(|i| i.late.clone()).unwrap_or_default();
-        let event_cols: Vec<String> = lineage.get(&step.target).cloned().unwrap_or_default();
-        let (op, prepare): (Box<dyn StatefulOperator>, Vec<NamedExpr>) = match &step.op {
-            Action::Aggregate {
-                group_by,
-                aggregates,
-            }
-            | Action::WindowAggregate {
-                group_by,
-                aggregates,
-                ..
-            } => {
-                let window = match &step.op {
-                    Action::WindowAggregate { window, .. } => Some(window.clone()),
-                    _ => None,
-                };
-                let mut prepare: Vec<NamedExpr> = group_by.clone();
-                let bound = |e: &Expr| {
-                    e.bind_parameters(&parameters)
-                        .map_err(|m| Error::new(&codes::UNKNOWN_PARAMETER, m))
-                };
-                for p in prepare.iter_mut() {
-                    p.expr = bound(&p.expr)?;
+        let lagged: &[EventColumn] = lineage.get(&step.target).map_or(&[][..], |c| c);
+        let event_cols: Vec<String> = names(lagged);
+        let (op, prepare, watermark_lag_us): (Box<dyn StatefulOperator>, Vec<NamedExpr>, i64) =
+            match &step.op {
+                Action::Aggregate {
+                    group_by,
+                    aggregates,
                 }
-                let mut specs = Vec::new();
-                for (i, a) in aggregates.iter().enumerate() {
-                    let input_type = match &a.arg {
-                        Some(e) => {
-                            let e = bound(e)?;
-                            let t = crate::streaming::stateless::expr_type(&e, &input)?;
+                | Action::WindowAggregate {
+                    group_by,
+                    aggregates,
+                    ..
+                } => {
+                    let window = match &step.op {
+                        Action::WindowAggregate { window, .. } => Some(window.clone()),
+                        _ => None,
+                    };
+                    let mut prepare: Vec<NamedExpr> = group_by.clone();
+                    let bound = |e: &Expr| {
+                        e.bind_parameters(&parameters)
+                            .map_err(|m| Error::new(&codes::UNKNOWN_PARAMETER, m))
+                    };
+                    for p in prepare.iter_mut() {
+                        p.expr = bound(&p.expr)?;
+                    }
+                    let mut specs = Vec::new();
+                    for (i, a) in aggregates.iter().enumerate() {
+                        let input_type = match &a.arg {
+                            Some(e) => {
+                                let e = bound(e)?;
+                                let t = crate::streaming::stateless::expr_type(&e, &input)?;
+                                prepare.push(NamedExpr {
+                                    name: format!("__arg{i}"),
+                                    expr: e,
+                                });
+                                Some(t)
+                            }
+                            None => None,
+                        };
+                        specs.push(AggSpec {
+                            name: a.name.clone(),
+                            func: a.func,
+                            input_type,
+                        });
+                    }
+                    let key_fields: Vec<Field> = group_by
+                        .iter()
+                        .map(|g| {
+                            let t =
+                                crate::streaming::stateless::expr_type(&bound(&g.expr)?, &input)?;
+                            Ok(Field::new(&g.name, t, true))
+                        })
+                        .collect::<Result<_>>()?;
+                    let window_layout = match &window {
+                        Some(w) => {
+                            let t = input
+                                .field_with_name(&w.time_column)
+                                .map_err(|_| {
+                                    Error::new(
+                                        &codes::UNKNOWN_COLUMN,
+                                        format!(
+                                            "window column `{}` is not in the input",
+                                            w.time_column
+                                        ),
+                                    )
+                                })?
+                                .data_type()
+                                .clone();
+                            if !matches!(t, DataType::Timestamp(..)) {
+                                return Err(Error::new(
+                                    &codes::BAD_WATERMARK,
+                                    format!(
+                                        "window column `{}` is {t}, not a timestamp",
+                                        w.time_column
+                                    ),
+                                ));
+                            }
                             prepare.push(NamedExpr {
-                                name: format!("__arg{i}"),
-                                expr: e,
+                                name: "__time".into(),
+                                expr: Expr::col(&w.time_column),
                             });
-                            Some(t)
+                            let g = match w.kind {
+                                WindowKind::Tumbling { size } => {
+                                    Geometry::Tumbling(size.as_micros())
+                                }
+                                WindowKind::Sliding { size, slide } => {
+                                    Geometry::Sliding(size.as_micros(), slide.as_micros())
+                                }
+                                WindowKind::Session { gap } => Geometry::Session(gap.as_micros()),
+                            };
+                            Some((g, t))
                         }
                         None => None,
                     };
-                    specs.push(AggSpec {
-                        name: a.name.clone(),
-                        func: a.func,
-                        input_type,
-                    });
-                }
-                let key_fields: Vec<Field> = group_by
-                    .iter()
-                    .map(|g| {
-                        let t = crate::streaming::stateless::expr_type(&bound(&g.expr)?, &input)?;
-                        Ok(Field::new(&g.name, t, true))
-                    })
-                    .collect::<Result<_>>()?;
-                let window_layout = match &window {
-                    Some(w) => {
-                        let t = input
-                            .field_with_name(&w.time_column)
-                            .map_err(|_| {
-                                Error::new(
-                                    &codes::UNKNOWN_COLUMN,
-                                    format!(
-                                        "window column `{}` is not in the input",
-                                        w.time_column
-                                    ),
-                                )
-                            })?
-                            .data_type()
-                            .clone();
-                        if !matches!(t, DataType::Timestamp(..)) {
-                            return Err(Error::new(
-                                &codes::BAD_WATERMARK,
-                                format!(
-                                    "window column `{}` is {t}, not a timestamp",
-                                    w.time_column
-                                ),
-                            ));
-                        }
-                        prepare.push(NamedExpr {
-                            name: "__time".into(),
-                            expr: Expr::col(&w.time_column),
-                        });
-                        let g = match w.kind {
-                            WindowKind::Tumbling { size } => Geometry::Tumbling(size.as_micros()),
-                            WindowKind::Sliding { size, slide } => {
-                                Geometry::Sliding(size.as_micros(), slide.as_micros())
-                            }
-                            WindowKind::Session { gap } => Geometry::Session(gap.as_micros()),
-                        };
-                        Some((g, t))
-                    }
-                    None => None,
-                };
-                // The key compared with the watermark: an event-time column among the
-                // keys, a window's end first (see `lineage::watermark_column`).
-                let event_time_key = if window_layout.is_none() {
-                    let keyed: Vec<String> = event_cols
-                        .iter()
-                        .filter(|c| {
+                    // The key compared with the watermark: an event-time column among the
+                    // keys, a window's end first (see `lineage::watermark_column`).
+                    let event_time_key = if window_layout.is_none() {
+                        let keyed: Vec<String> = event_cols
+                            .iter()
+                            .filter(|c| {
+                                group_by
+                                    .iter()
+                                    .any(|g| matches!(&g.expr, Expr::Column(k) if k == *c))
+                            })
+                            .cloned()
+                            .collect();
+                        etlantic_core::ir::lineage::watermark_column(&keyed).and_then(|c| {
                             group_by
                                 .iter()
-                                .any(|g| matches!(&g.expr, Expr::Column(k) if k == *c))
+                                .position(|g| matches!(&g.expr, Expr::Column(k) if k == c))
                         })
-                        .cloned()
-                        .collect();
-                    etlantic_core::ir::lineage::watermark_column(&keyed).and_then(|c| {
-                        group_by
-                            .iter()
-                            .position(|g| matches!(&g.expr, Expr::Column(k) if k == c))
-                    })
-                } else {
-                    None
-                };
-                let layout = AggregateLayout {
-                    keys: key_fields,
-                    aggregates: specs,
-                    window: window_layout,
-                    event_time_key,
-                };
-                (Box::new(AggregateOperator::new(layout)?), prepare)
-            }
-            Action::Deduplicate { keys, .. } | Action::Distinct { fields: Some(keys) } => {
-                let time = present_watermark_column(&event_cols, &input);
-                (
-                    Box::new(DedupOperator::new(input.clone(), keys.clone(), time, None)?),
+                    } else {
+                        None
+                    };
+                    let time_column = match (&window, event_time_key) {
+                        (Some(w), _) => Some(w.time_column.as_str()),
+                        (None, Some(k)) => match &group_by[k].expr {
+                            Expr::Column(c) => Some(c.as_str()),
+                            _ => None,
+                        },
+                        (None, None) => None,
+                    };
+                    let layout = AggregateLayout {
+                        keys: key_fields,
+                        aggregates: specs,
+                        window: window_layout,
+                        event_time_key,
+                    };
+                    (
+                        Box::new(AggregateOperator::new(layout)?),
+                        prepare,
+                        lag_of(lagged, time_column),
+                    )
+                }
+                Action::Deduplicate { keys, .. } | Action::Distinct { fields: Some(keys) } => {
+                    let time = present_watermark_column(&event_cols, &input);
+                    let lag = lag_of(lagged, time.as_deref());
+                    (
+                        Box::new(DedupOperator::new(input.clone(), keys.clone(), time, None)?),
+                        vec![],
+                        lag,
+                    )
+                }
+                Action::Distinct { fields: None } => (
+                    Box::new(DedupOperator::new(input.clone(), vec![], None, None)?),
                     vec![],
-                )
-            }
-            Action::Distinct { fields: None } => (
-                Box::new(DedupOperator::new(input.clone(), vec![], None, None)?),
-                vec![],
-            ),
-            Action::DeduplicateWithinWatermark { keys } => {
-                let time = present_watermark_column(&event_cols, &input);
-                let delay = infos.iter().find_map(|i| i.delay_us).unwrap_or(0);
-                (
-                    Box::new(DedupOperator::new(
-                        input.clone(),
-                        keys.clone(),
-                        time,
-                        Some(delay),
-                    )?),
-                    vec![],
-                )
-            }
-            Action::Process {
-                processor,
-                keys,
-                time_mode,
-                options,
-            } => {
-                let time = present_watermark_column(&event_cols, &input);
-                (
-                    Box::new(super::processor::ProcessorOperator::new(
-                        processor,
-                        keys,
-                        *time_mode,
-                        options,
-                        input.clone(),
-                        time,
-                        etlantic_core::streaming::ExecutionMode::Streaming,
-                    )?),
-                    vec![],
-                )
-            }
-            other => {
-                return Err(Error::new(
-                    &codes::UNSUPPORTED_STREAMING_OP,
-                    format!("{} is not a streaming operator", other.id()),
-                ))
-            }
-        };
+                    0,
+                ),
+                Action::DeduplicateWithinWatermark { keys } => {
+                    let time = present_watermark_column(&event_cols, &input);
+                    let lag = lag_of(lagged, time.as_deref());
+                    let delay = infos.iter().find_map(|i| i.delay_us).unwrap_or(0);
+                    (
+                        Box::new(DedupOperator::new(
+                            input.clone(),
+                            keys.clone(),
+                            time,
+                            Some(delay),
+                        )?),
+                        vec![],
+                        lag,
+                    )
+                }
+                Action::Process {
+                    processor,
+                    keys,
+                    time_mode,
+                    options,
+                } => {
+                    let time = present_watermark_column(&event_cols, &input);
+                    let lag = lag_of(lagged, time.as_deref());
+                    (
+                        Box::new(super::processor::ProcessorOperator::new(
+                            processor,
+                            keys,
+                            *time_mode,
+                            options,
+                            input.clone(),
+                            time,
+                            etlantic_core::streaming::ExecutionMode::Streaming,
+                        )?),
+                        vec![],
+                        lag,
+                    )
+                }
+                other => {
+                    return Err(Error::new(
+                        &codes::UNSUPPORTED_STREAMING_OP,
+                        format!("{} is not a streaming operator", other.id()),
+                    ))
+                }
+            };
         schemas.insert(step.id.clone(), op.output_schema());
         units.push(Unit::Stateful(Box::new(StatefulUnit {
             id: format!("{}.{}", task.id, step.id),
@@ -462,6 +546,8 @@ pub fn build_transform(
             late_policy,
             sources: fed,
             watermarked,
+            watermark_lag_us,
+            inner: false,
             secondary: None,
             prepared: Default::default(),
             changes_since_whole: 0,

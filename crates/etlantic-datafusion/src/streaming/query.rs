@@ -34,6 +34,7 @@ use chrono::Utc;
 use etlantic_core::canonical;
 use etlantic_core::data::{Offset, RejectedRecord, RowOrigins, SourcePosition, Table};
 use etlantic_core::diagnostics::{codes, Diagnostic, Diagnostics, Error, Result};
+use etlantic_core::ir::lineage::EventColumn;
 use etlantic_core::plugin::{
     self, ReadLimit, Sink, SinkBatch, SinkContext, Source, SourceContext, StepTask, WriteOutcome,
 };
@@ -531,9 +532,14 @@ impl StreamingQuery {
         }
         // The event-time columns of every node's output, through the transformations
         // (a window's bounds are event time downstream: chained stateful operators).
-        let mut node_event_time: HashMap<String, Vec<String>> = source_infos
+        let mut node_event_time: HashMap<String, Vec<EventColumn>> = source_infos
             .iter()
-            .map(|(id, i)| (id.clone(), i.event_time.iter().cloned().collect()))
+            .map(|(id, i)| {
+                (
+                    id.clone(),
+                    i.event_time.iter().map(EventColumn::new).collect(),
+                )
+            })
             .collect();
         let mut transforms = Vec::new();
         for t in &plan.transforms {
@@ -609,13 +615,18 @@ impl StreamingQuery {
                 // An opaque step keeps the event-time columns of its inputs that it
                 // outputs under the same name.
                 Some(_) => {
-                    let mut cols: Vec<String> = task
+                    let mut cols: Vec<EventColumn> = Vec::new();
+                    for c in task
                         .inputs
                         .values()
                         .flat_map(|n| node_event_time.get(n).cloned().unwrap_or_default())
-                        .filter(|c| out_schema.field_with_name(c).is_ok())
-                        .collect();
-                    cols.dedup();
+                        .filter(|c| out_schema.field_with_name(&c.name).is_ok())
+                    {
+                        match cols.iter_mut().find(|x| x.name == c.name) {
+                            Some(x) => x.lag_us = x.lag_us.max(c.lag_us),
+                            None => cols.push(c),
+                        }
+                    }
                     cols
                 }
                 None => unit.event_columns.clone(),
@@ -625,6 +636,7 @@ impl StreamingQuery {
             transforms.push(unit);
         }
 
+        super::program::mark_inner_units(&mut transforms);
         super::ttl::apply_profile_ttl(&plan.profile.state_ttl, &mut transforms)?;
         let watermark = WatermarkTracker::new(delays, plan.profile.watermark_policy);
         let quarantine = {
@@ -696,7 +708,7 @@ impl StreamingQuery {
         self.transforms.iter().any(|t| {
             let mode = modes.get(&t.id).copied().unwrap_or_default();
             t.units.iter().any(
-                |u| matches!(u, Unit::Stateful(s) if s.watermarked && s.op.needs_no_data_batch(mode)),
+                |u| matches!(u, Unit::Stateful(s) if s.watermarked && s.op.needs_no_data_batch(s.mode(mode))),
             )
         })
     }
@@ -853,7 +865,7 @@ impl StreamingQuery {
         self.transforms.iter().any(|t| {
             t.units
                 .iter()
-                .any(|u| matches!(u, Unit::Stateful(s) if s.op.has_due_work(watermark, now)))
+                .any(|u| matches!(u, Unit::Stateful(s) if s.op.has_due_work(watermark.map(|w| w.saturating_sub(s.watermark_lag_us / 1000)), now)))
         })
     }
 
@@ -1143,7 +1155,7 @@ impl StreamingQuery {
                         // Two inputs: a stream-stream join (see `super::join`).
                         let ctx = OpContext {
                             has_watermark: s.watermarked,
-                            output_mode: mode,
+                            output_mode: s.mode(mode),
                             ..ctx_base
                         };
                         let run = super::join::run_pair_unit(s, &local, &ctx)?;
@@ -1161,9 +1173,17 @@ impl StreamingQuery {
                         })?;
                         let (originals, prepared) =
                             prepare_input(&input, &s.prepare, &mut s.prepared).await?;
+                        // After a stream-stream join its event time may lag the
+                        // watermark by the join's time range: both watermarks lag too.
                         let ctx = OpContext {
+                            late_watermark_us: ctx_base
+                                .late_watermark_us
+                                .saturating_sub(s.watermark_lag_us),
+                            evict_watermark_us: ctx_base
+                                .evict_watermark_us
+                                .saturating_sub(s.watermark_lag_us),
                             has_watermark: s.watermarked,
-                            output_mode: mode,
+                            output_mode: s.mode(mode),
                             accept_late: s.late_policy == LatePolicy::Accept,
                             ..ctx_base
                         };
