@@ -187,6 +187,25 @@ fn lag_of(cols: &[EventColumn], column: Option<&str>) -> i64 {
         .map_or(0, |c| c.lag_us)
 }
 
+/// The group key of a plain aggregation compared with the watermark: an event-time column
+/// among the keys, a window's end first (see `lineage::watermark_column`).
+fn aggregate_time_key(group_by: &[NamedExpr], event_cols: &[String]) -> Option<usize> {
+    let keyed: Vec<String> = event_cols
+        .iter()
+        .filter(|c| {
+            group_by
+                .iter()
+                .any(|g| matches!(&g.expr, Expr::Column(k) if k == *c))
+        })
+        .cloned()
+        .collect();
+    etlantic_core::ir::lineage::watermark_column(&keyed).and_then(|c| {
+        group_by
+            .iter()
+            .position(|g| matches!(&g.expr, Expr::Column(k) if k == c))
+    })
+}
+
 /// Builds the units of one transformation. `schemas` holds the schemas of every relation
 /// visible to it (its ports), and receives the schemas of the steps; `event_time` holds
 /// the event-time columns of every upstream node's output.
@@ -347,196 +366,172 @@ pub fn build_transform(
         let late_policy = infos.first().map(|i| i.late.clone()).unwrap_or_default();
         let lagged: &[EventColumn] = lineage.get(&step.target).map_or(&[][..], |c| c);
         let event_cols: Vec<String> = names(lagged);
-        let (op, prepare, watermark_lag_us): (Box<dyn StatefulOperator>, Vec<NamedExpr>, i64) =
-            match &step.op {
-                Action::Aggregate {
-                    group_by,
-                    aggregates,
+        // After a stream-stream join, the event time the step compares with the watermark
+        // may lag it (see `lineage::EventColumn`).
+        let compared = match &step.op {
+            Action::WindowAggregate { window, .. } => Some(window.time_column.clone()),
+            Action::Aggregate { group_by, .. } => aggregate_time_key(group_by, &event_cols)
+                .and_then(|k| match &group_by[k].expr {
+                    Expr::Column(c) => Some(c.clone()),
+                    _ => None,
+                }),
+            _ => present_watermark_column(&event_cols, &input),
+        };
+        let watermark_lag_us = lag_of(lagged, compared.as_deref());
+        let (op, prepare): (Box<dyn StatefulOperator>, Vec<NamedExpr>) = match &step.op {
+            Action::Aggregate {
+                group_by,
+                aggregates,
+            }
+            | Action::WindowAggregate {
+                group_by,
+                aggregates,
+                ..
+            } => {
+                let window = match &step.op {
+                    Action::WindowAggregate { window, .. } => Some(window.clone()),
+                    _ => None,
+                };
+                let mut prepare: Vec<NamedExpr> = group_by.clone();
+                let bound = |e: &Expr| {
+                    e.bind_parameters(&parameters)
+                        .map_err(|m| Error::new(&codes::UNKNOWN_PARAMETER, m))
+                };
+                for p in prepare.iter_mut() {
+                    p.expr = bound(&p.expr)?;
                 }
-                | Action::WindowAggregate {
-                    group_by,
-                    aggregates,
-                    ..
-                } => {
-                    let window = match &step.op {
-                        Action::WindowAggregate { window, .. } => Some(window.clone()),
-                        _ => None,
-                    };
-                    let mut prepare: Vec<NamedExpr> = group_by.clone();
-                    let bound = |e: &Expr| {
-                        e.bind_parameters(&parameters)
-                            .map_err(|m| Error::new(&codes::UNKNOWN_PARAMETER, m))
-                    };
-                    for p in prepare.iter_mut() {
-                        p.expr = bound(&p.expr)?;
-                    }
-                    let mut specs = Vec::new();
-                    for (i, a) in aggregates.iter().enumerate() {
-                        let input_type = match &a.arg {
-                            Some(e) => {
-                                let e = bound(e)?;
-                                let t = crate::streaming::stateless::expr_type(&e, &input)?;
-                                prepare.push(NamedExpr {
-                                    name: format!("__arg{i}"),
-                                    expr: e,
-                                });
-                                Some(t)
-                            }
-                            None => None,
-                        };
-                        specs.push(AggSpec {
-                            name: a.name.clone(),
-                            func: a.func,
-                            input_type,
-                        });
-                    }
-                    let key_fields: Vec<Field> = group_by
-                        .iter()
-                        .map(|g| {
-                            let t =
-                                crate::streaming::stateless::expr_type(&bound(&g.expr)?, &input)?;
-                            Ok(Field::new(&g.name, t, true))
-                        })
-                        .collect::<Result<_>>()?;
-                    let window_layout = match &window {
-                        Some(w) => {
-                            let t = input
-                                .field_with_name(&w.time_column)
-                                .map_err(|_| {
-                                    Error::new(
-                                        &codes::UNKNOWN_COLUMN,
-                                        format!(
-                                            "window column `{}` is not in the input",
-                                            w.time_column
-                                        ),
-                                    )
-                                })?
-                                .data_type()
-                                .clone();
-                            if !matches!(t, DataType::Timestamp(..)) {
-                                return Err(Error::new(
-                                    &codes::BAD_WATERMARK,
-                                    format!(
-                                        "window column `{}` is {t}, not a timestamp",
-                                        w.time_column
-                                    ),
-                                ));
-                            }
+                let mut specs = Vec::new();
+                for (i, a) in aggregates.iter().enumerate() {
+                    let input_type = match &a.arg {
+                        Some(e) => {
+                            let e = bound(e)?;
+                            let t = crate::streaming::stateless::expr_type(&e, &input)?;
                             prepare.push(NamedExpr {
-                                name: "__time".into(),
-                                expr: Expr::col(&w.time_column),
+                                name: format!("__arg{i}"),
+                                expr: e,
                             });
-                            let g = match w.kind {
-                                WindowKind::Tumbling { size } => {
-                                    Geometry::Tumbling(size.as_micros())
-                                }
-                                WindowKind::Sliding { size, slide } => {
-                                    Geometry::Sliding(size.as_micros(), slide.as_micros())
-                                }
-                                WindowKind::Session { gap } => Geometry::Session(gap.as_micros()),
-                            };
-                            Some((g, t))
+                            Some(t)
                         }
                         None => None,
                     };
-                    // The key compared with the watermark: an event-time column among the
-                    // keys, a window's end first (see `lineage::watermark_column`).
-                    let event_time_key = if window_layout.is_none() {
-                        let keyed: Vec<String> = event_cols
-                            .iter()
-                            .filter(|c| {
-                                group_by
-                                    .iter()
-                                    .any(|g| matches!(&g.expr, Expr::Column(k) if k == *c))
-                            })
-                            .cloned()
-                            .collect();
-                        etlantic_core::ir::lineage::watermark_column(&keyed).and_then(|c| {
-                            group_by
-                                .iter()
-                                .position(|g| matches!(&g.expr, Expr::Column(k) if k == c))
-                        })
-                    } else {
-                        None
-                    };
-                    let time_column = match (&window, event_time_key) {
-                        (Some(w), _) => Some(w.time_column.as_str()),
-                        (None, Some(k)) => match &group_by[k].expr {
-                            Expr::Column(c) => Some(c.as_str()),
-                            _ => None,
-                        },
-                        (None, None) => None,
-                    };
-                    let layout = AggregateLayout {
-                        keys: key_fields,
-                        aggregates: specs,
-                        window: window_layout,
-                        event_time_key,
-                    };
-                    (
-                        Box::new(AggregateOperator::new(layout)?),
-                        prepare,
-                        lag_of(lagged, time_column),
-                    )
+                    specs.push(AggSpec {
+                        name: a.name.clone(),
+                        func: a.func,
+                        input_type,
+                    });
                 }
-                Action::Deduplicate { keys, .. } | Action::Distinct { fields: Some(keys) } => {
-                    let time = present_watermark_column(&event_cols, &input);
-                    let lag = lag_of(lagged, time.as_deref());
-                    (
-                        Box::new(DedupOperator::new(input.clone(), keys.clone(), time, None)?),
-                        vec![],
-                        lag,
-                    )
-                }
-                Action::Distinct { fields: None } => (
-                    Box::new(DedupOperator::new(input.clone(), vec![], None, None)?),
+                let key_fields: Vec<Field> = group_by
+                    .iter()
+                    .map(|g| {
+                        let t = crate::streaming::stateless::expr_type(&bound(&g.expr)?, &input)?;
+                        Ok(Field::new(&g.name, t, true))
+                    })
+                    .collect::<Result<_>>()?;
+                let window_layout = match &window {
+                    Some(w) => {
+                        let t = input
+                            .field_with_name(&w.time_column)
+                            .map_err(|_| {
+                                Error::new(
+                                    &codes::UNKNOWN_COLUMN,
+                                    format!(
+                                        "window column `{}` is not in the input",
+                                        w.time_column
+                                    ),
+                                )
+                            })?
+                            .data_type()
+                            .clone();
+                        if !matches!(t, DataType::Timestamp(..)) {
+                            return Err(Error::new(
+                                &codes::BAD_WATERMARK,
+                                format!(
+                                    "window column `{}` is {t}, not a timestamp",
+                                    w.time_column
+                                ),
+                            ));
+                        }
+                        prepare.push(NamedExpr {
+                            name: "__time".into(),
+                            expr: Expr::col(&w.time_column),
+                        });
+                        let g = match w.kind {
+                            WindowKind::Tumbling { size } => Geometry::Tumbling(size.as_micros()),
+                            WindowKind::Sliding { size, slide } => {
+                                Geometry::Sliding(size.as_micros(), slide.as_micros())
+                            }
+                            WindowKind::Session { gap } => Geometry::Session(gap.as_micros()),
+                        };
+                        Some((g, t))
+                    }
+                    None => None,
+                };
+                // The key compared with the watermark: an event-time column among the
+                // keys, a window's end first (see `lineage::watermark_column`).
+                let event_time_key = if window_layout.is_none() {
+                    aggregate_time_key(group_by, &event_cols)
+                } else {
+                    None
+                };
+                let layout = AggregateLayout {
+                    keys: key_fields,
+                    aggregates: specs,
+                    window: window_layout,
+                    event_time_key,
+                };
+                (Box::new(AggregateOperator::new(layout)?), prepare)
+            }
+            Action::Deduplicate { keys, .. } | Action::Distinct { fields: Some(keys) } => {
+                let time = present_watermark_column(&event_cols, &input);
+                (
+                    Box::new(DedupOperator::new(input.clone(), keys.clone(), time, None)?),
                     vec![],
-                    0,
-                ),
-                Action::DeduplicateWithinWatermark { keys } => {
-                    let time = present_watermark_column(&event_cols, &input);
-                    let lag = lag_of(lagged, time.as_deref());
-                    let delay = infos.iter().find_map(|i| i.delay_us).unwrap_or(0);
-                    (
-                        Box::new(DedupOperator::new(
-                            input.clone(),
-                            keys.clone(),
-                            time,
-                            Some(delay),
-                        )?),
-                        vec![],
-                        lag,
-                    )
-                }
-                Action::Process {
-                    processor,
-                    keys,
-                    time_mode,
-                    options,
-                } => {
-                    let time = present_watermark_column(&event_cols, &input);
-                    let lag = lag_of(lagged, time.as_deref());
-                    (
-                        Box::new(super::processor::ProcessorOperator::new(
-                            processor,
-                            keys,
-                            *time_mode,
-                            options,
-                            input.clone(),
-                            time,
-                            etlantic_core::streaming::ExecutionMode::Streaming,
-                        )?),
-                        vec![],
-                        lag,
-                    )
-                }
-                other => {
-                    return Err(Error::new(
-                        &codes::UNSUPPORTED_STREAMING_OP,
-                        format!("{} is not a streaming operator", other.id()),
-                    ))
-                }
-            };
+                )
+            }
+            Action::Distinct { fields: None } => (
+                Box::new(DedupOperator::new(input.clone(), vec![], None, None)?),
+                vec![],
+            ),
+            Action::DeduplicateWithinWatermark { keys } => {
+                let time = present_watermark_column(&event_cols, &input);
+                let delay = infos.iter().find_map(|i| i.delay_us).unwrap_or(0);
+                (
+                    Box::new(DedupOperator::new(
+                        input.clone(),
+                        keys.clone(),
+                        time,
+                        Some(delay),
+                    )?),
+                    vec![],
+                )
+            }
+            Action::Process {
+                processor,
+                keys,
+                time_mode,
+                options,
+            } => {
+                let time = present_watermark_column(&event_cols, &input);
+                (
+                    Box::new(super::processor::ProcessorOperator::new(
+                        processor,
+                        keys,
+                        *time_mode,
+                        options,
+                        input.clone(),
+                        time,
+                        etlantic_core::streaming::ExecutionMode::Streaming,
+                    )?),
+                    vec![],
+                )
+            }
+            other => {
+                return Err(Error::new(
+                    &codes::UNSUPPORTED_STREAMING_OP,
+                    format!("{} is not a streaming operator", other.id()),
+                ))
+            }
+        };
         schemas.insert(step.id.clone(), op.output_schema());
         units.push(Unit::Stateful(Box::new(StatefulUnit {
             id: format!("{}.{}", task.id, step.id),
