@@ -41,7 +41,7 @@
 //! nulls as `null` (every key is written), CSV writes them as empty cells. CSV cannot
 //! hold nested columns (`ETL505`).
 
-use crate::fsutil::{io_error, write_atomic, write_atomic_with};
+use etlantic_core::durable::{io_error, write_atomic, write_atomic_with};
 use arrow::array::{ArrayRef, RecordBatch};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef};

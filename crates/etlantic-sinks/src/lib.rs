@@ -34,8 +34,6 @@ pub mod delta;
 pub mod files;
 #[cfg(feature = "foreach")]
 pub mod foreach;
-#[allow(dead_code)]
-mod fsutil;
 #[cfg(feature = "iceberg")]
 pub mod iceberg;
 #[cfg(feature = "kafka")]
