@@ -296,16 +296,22 @@ fn open(secs: i64, item: &str, category: &str) -> Value {
     json!({"ots": ts(secs), "item": item, "category": category})
 }
 
-/// Bids (`events`: `ts`, `user` = the item, `amount`) joined with their item's opening
-/// (a bid counts up to 10 s after it), the best bid per item once no bid can still
-/// count, and per category the items and their average best bid: Nexmark q4's shape.
-fn best_bids(name: &str, mode: OutputMode) -> Fixture {
+/// A pipeline `name` with the sources `events` (bids: `ts`, `user` = the item, `amount`)
+/// and `opens`, both with a 5-second watermark.
+fn bids_and_openings(name: &str) -> Fixture {
     Fixture::new(name)
         .source(Src::new("events").watermark("ts", "5 seconds"))
         .source(Src {
             cols: OPENS,
             ..Src::new("opens").watermark("ots", "5 seconds")
         })
+}
+
+/// Bids (`events`: `ts`, `user` = the item, `amount`) joined with their item's opening
+/// (a bid counts up to 10 s after it), the best bid per item once no bid can still
+/// count, and per category the items and their average best bid: Nexmark q4's shape.
+fn best_bids(name: &str, mode: OutputMode) -> Fixture {
+    bids_and_openings(name)
         .transform_yaml(
             "best",
             &["events", "opens"],
@@ -457,12 +463,7 @@ async fn only_aggregations_by_a_bounded_event_time_follow_a_join() {
         ("category", "string"),
     ];
     let join_then = |name: &str, join: &str, then: &str, cols, mode: OutputMode| {
-        Fixture::new(name)
-            .source(Src::new("events").watermark("ts", "5 seconds"))
-            .source(Src {
-                cols: OPENS,
-                ..Src::new("opens").watermark("ots", "5 seconds")
-            })
+        bids_and_openings(name)
             .transform_yaml("j", &["events", "opens"], &[join, then])
             .sink("out", "j", cols, mode)
     };
@@ -471,33 +472,20 @@ async fn only_aggregations_by_a_bounded_event_time_follow_a_join() {
     let outer = "join: {right: opens, on: {left: [user], right: [item]}, how: left, time_range: {left: ts, right: ots, lower: 0 seconds, upper: 10 seconds}}";
     let by_ots = "aggregate: {group_by: [item, ots], aggregates: {n: \"count_all()\"}}";
     let dedup = "deduplicate: {keys: [item, ots]}";
-    // Without a time range nothing bounds how late `ots` can come out of the join.
-    let (ok, codes) = codes_of(&join_then(
-        "join_unranged",
-        unranged,
-        by_ots,
-        by_item_ots,
-        OutputMode::Append,
-    ));
-    assert!(!ok && codes.contains(&"ETL401".to_string()), "{codes:?}");
-    // An outer join emits its unmatched rows late by nothing bounded.
-    let (ok, codes) = codes_of(&join_then(
-        "join_outer",
-        outer,
-        by_ots,
-        by_item_ots,
-        OutputMode::Append,
-    ));
-    assert!(!ok && codes.contains(&"ETL404".to_string()), "{codes:?}");
-    // Only aggregations read a join's output.
-    let (ok, codes) = codes_of(&join_then(
-        "join_dedup",
-        ranged,
-        dedup,
-        joined,
-        OutputMode::Append,
-    ));
-    assert!(!ok && codes.contains(&"ETL404".to_string()), "{codes:?}");
+    for (name, join, then, cols, code) in [
+        // Without a time range nothing bounds how late `ots` can come out of the join.
+        ("join_unranged", unranged, by_ots, by_item_ots, "ETL401"),
+        // An outer join emits its unmatched rows late by nothing bounded.
+        ("join_outer", outer, by_ots, by_item_ots, "ETL404"),
+        // Only aggregations read a join's output.
+        ("join_dedup", ranged, dedup, joined, "ETL404"),
+    ] {
+        let (ok, codes) = codes_of(&join_then(name, join, then, cols, OutputMode::Append));
+        assert!(
+            !ok && codes.contains(&code.to_string()),
+            "{name}: {codes:?}"
+        );
+    }
     // The bounded chain in append mode.
     assert_eq!(
         codes_of(&join_then(

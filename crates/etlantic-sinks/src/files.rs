@@ -41,12 +41,12 @@
 //! nulls as `null` (every key is written), CSV writes them as empty cells. CSV cannot
 //! hold nested columns (`ETL505`).
 
-use etlantic_core::durable::{io_error, write_atomic, write_atomic_with};
 use arrow::array::{ArrayRef, RecordBatch};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef};
 use etlantic_core::data::Table;
 use etlantic_core::diagnostics::{codes, Error, Result};
+use etlantic_core::durable::{io_error, write_atomic, write_atomic_with};
 use etlantic_core::guarantee::{SinkCommitProtocol, SinkGuarantee};
 use etlantic_core::plugin::{
     Sink, SinkBatch, SinkCapabilities, SinkContext, SinkProvider, SinkRegistration, WriteOutcome,
