@@ -233,7 +233,7 @@ pub fn check(project: &Project, plans: &HashMap<String, Arc<TransformPlan>>) -> 
                                     &codes::UNSUPPORTED_STREAMING_OP,
                                     format!("`{t}`: a stream-stream join of another stream-stream join's output is not supported"),
                                 )
-                                .help("Join the streams in one step each before the other join, or write the first join's output and read it in another pipeline."),
+                                .help("A join compares its inputs' event time with the watermark as it arrives, and a join's output arrives later than that. Write the first join's output and read it in another pipeline."),
                             );
                         }
                         let lwm = lineage.get(&step.target).cloned().unwrap_or_default();
