@@ -30,13 +30,25 @@ const TOP: &[(&str, &str)] = &[
 
 const PER_USER: &str = "window_aggregate: {window: {type: tumbling, column: ts, size: 10 seconds}, group_by: [user], aggregates: {n: \"count_all()\"}}";
 
-/// Events → count per user and window → highest count and users per window.
-fn chain(name: &str, second: &str, mode: OutputMode) -> Fixture {
+/// Events → `first` (transformation `per_user`) → `second` (`per_window`) → sink `out`
+/// with the columns `cols`.
+fn two_steps(
+    name: &str,
+    first: &str,
+    second: &str,
+    cols: &[(&str, &str)],
+    mode: OutputMode,
+) -> Fixture {
     Fixture::new(name)
         .source(Src::new("events").watermark("ts", "5 seconds"))
-        .transform_yaml("per_user", &["events"], &[PER_USER])
+        .transform_yaml("per_user", &["events"], &[first])
         .transform_yaml("per_window", &["per_user"], &[second])
-        .sink("out", "per_window", TOP, mode)
+        .sink("out", "per_window", cols, mode)
+}
+
+/// Events → count per user and window → highest count and users per window.
+fn chain(name: &str, second: &str, mode: OutputMode) -> Fixture {
+    two_steps(name, PER_USER, second, TOP, mode)
 }
 
 const PER_WINDOW: &str = "aggregate: {group_by: [window_start, window_end], aggregates: {top: \"max(n)\", users: \"count_all()\"}}";
@@ -197,16 +209,8 @@ async fn chains_the_runtime_cannot_finalise_are_refused_with_codes() {
     let per_user_ever = "aggregate: {group_by: [user], aggregates: {n: \"count_all()\"}}";
     let counts = "aggregate: {aggregates: {top: \"max(n)\", users: \"count_all()\"}}";
     for mode in [OutputMode::Update, OutputMode::Complete] {
-        let fx = Fixture::new("chain_never_final")
-            .source(Src::new("events").watermark("ts", "5 seconds"))
-            .transform_yaml("per_user", &["events"], &[per_user_ever])
-            .transform_yaml("per_window", &["per_user"], &[counts])
-            .sink(
-                "out",
-                "per_window",
-                &[("top", "long"), ("users", "long")],
-                mode,
-            );
+        let cols = &[("top", "long"), ("users", "long")];
+        let fx = two_steps("chain_never_final", per_user_ever, counts, cols, mode);
         assert_eq!(
             codes_of(&fx),
             (false, vec!["ETL407".to_string()]),
@@ -216,20 +220,12 @@ async fn chains_the_runtime_cannot_finalise_are_refused_with_codes() {
     // Grouped by the window start only: a window's start can be behind the watermark
     // when it is emitted.
     let by_start = "aggregate: {group_by: [window_start], aggregates: {top: \"max(n)\", users: \"count_all()\"}}";
-    let fx = Fixture::new("chain_start")
-        .source(Src::new("events").watermark("ts", "5 seconds"))
-        .transform_yaml("per_user", &["events"], &[PER_USER])
-        .transform_yaml("per_window", &["per_user"], &[by_start])
-        .sink(
-            "out",
-            "per_window",
-            &[
-                ("window_start", "timestamp"),
-                ("top", "long"),
-                ("users", "long"),
-            ],
-            OutputMode::Append,
-        );
+    let cols = &[
+        ("window_start", "timestamp"),
+        ("top", "long"),
+        ("users", "long"),
+    ];
+    let fx = two_steps("chain_start", PER_USER, by_start, cols, OutputMode::Append);
     assert_eq!(codes_of(&fx), (false, vec!["ETL401".to_string()]));
     // A window over another window's bounds.
     let over = "window_aggregate: {window: {type: tumbling, column: window_end, size: 1 minute}, aggregates: {top: \"max(n)\", users: \"count_all()\"}}";
@@ -251,11 +247,7 @@ fn totals(counts: i64, top: i64) -> Value {
 async fn a_final_window_aggregation_feeds_an_aggregation_in_update_and_complete_mode() {
     let cols = &[("counts", "long"), ("top", "long")];
     for mode in [OutputMode::Update, OutputMode::Complete] {
-        let fx = Fixture::new("chain_update")
-            .source(Src::new("events").watermark("ts", "5 seconds"))
-            .transform_yaml("per_user", &["events"], &[PER_USER])
-            .transform_yaml("over_windows", &["per_user"], &[OVER_WINDOWS])
-            .sink("out", "over_windows", cols, mode);
+        let fx = two_steps("chain_update", PER_USER, OVER_WINDOWS, cols, mode);
         let mut run = fx.start().await;
         let mut got = Vec::new();
         for batch in scenario() {

@@ -98,10 +98,7 @@ impl<'a> EventTimeColumns<'a> {
             let mut cols: Vec<EventColumn> = Vec::new();
             for from in froms {
                 for c in self.lagged(&from) {
-                    match cols.iter_mut().find(|x| x.name == c.name) {
-                        Some(x) => x.lag_us = x.lag_us.max(c.lag_us),
-                        None => cols.push(c),
-                    }
+                    EventColumn::merge_into(&mut cols, c);
                 }
             }
             return cols;

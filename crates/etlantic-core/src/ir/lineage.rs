@@ -57,6 +57,15 @@ impl EventColumn {
     pub fn is_bounded(&self) -> bool {
         self.lag_us != UNBOUNDED_LAG
     }
+
+    /// Adds `column` to `columns`; a column already there by its name keeps the larger
+    /// lag (rows from either input may come out under it).
+    pub fn merge_into(columns: &mut Vec<EventColumn>, column: EventColumn) {
+        match columns.iter_mut().find(|x| x.name == column.name) {
+            Some(x) => x.lag_us = x.lag_us.max(column.lag_us),
+            None => columns.push(column),
+        }
+    }
 }
 
 /// Event-time columns per relation of a plan, followed through the steps: renames and
@@ -152,10 +161,7 @@ pub fn event_time_lags(
             }
             Action::Union { other, .. } => {
                 for c in map.get(other).cloned().unwrap_or_default() {
-                    match cur.iter_mut().find(|x| x.name == c.name) {
-                        Some(x) => x.lag_us = x.lag_us.max(c.lag_us),
-                        None => cur.push(c),
-                    }
+                    EventColumn::merge_into(&mut cur, c);
                 }
             }
             Action::Aggregate { group_by, .. } => cur = keys_of(&cur, group_by),
@@ -258,10 +264,7 @@ fn join_lags(
     };
     let mut out = side(left, true);
     for c in side(right, false) {
-        match out.iter_mut().find(|x| x.name == c.name) {
-            Some(x) => x.lag_us = x.lag_us.max(c.lag_us),
-            None => out.push(c),
-        }
+        EventColumn::merge_into(&mut out, c);
     }
     out
 }

@@ -622,10 +622,7 @@ impl StreamingQuery {
                         .flat_map(|n| node_event_time.get(n).cloned().unwrap_or_default())
                         .filter(|c| out_schema.field_with_name(&c.name).is_ok())
                     {
-                        match cols.iter_mut().find(|x| x.name == c.name) {
-                            Some(x) => x.lag_us = x.lag_us.max(c.lag_us),
-                            None => cols.push(c),
-                        }
+                        EventColumn::merge_into(&mut cols, c);
                     }
                     cols
                 }
