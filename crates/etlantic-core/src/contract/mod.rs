@@ -170,6 +170,33 @@ impl Contract {
         self.schema.clone()
     }
 
+    /// The column sets whose values identify a row of the schema object: each `unique`
+    /// column on its own, and the primary key's columns together (in declaration order).
+    ///
+    /// Stateful streaming operators may rely on these across the whole stream (a
+    /// stream-stream join keeps no row that has met the one row of a unique key), as
+    /// Flink's planner relies on a declared primary key; the join quarantines a
+    /// duplicate it still holds the first row of.
+    pub fn unique_keys(&self) -> Vec<Vec<String>> {
+        let name = |f: &ContractField| f.field.name().clone();
+        let mut keys: Vec<Vec<String>> = self
+            .fields
+            .iter()
+            .filter(|f| f.unique)
+            .map(|f| vec![name(f)])
+            .collect();
+        let primary: Vec<String> = self
+            .fields
+            .iter()
+            .filter(|f| f.primary_key)
+            .map(name)
+            .collect();
+        if !primary.is_empty() && !keys.contains(&primary) {
+            keys.push(primary);
+        }
+        keys
+    }
+
     /// The contract's id.
     pub fn id(&self) -> &str {
         &self.document.id

@@ -21,6 +21,7 @@
 pub mod action;
 pub mod builder;
 pub mod expr;
+pub mod keys;
 pub mod lineage;
 pub mod types;
 

@@ -93,6 +93,11 @@ pub struct JoinSideSpec {
     pub watermark_column: Option<String>,
     /// Process late rows as if on time (late policy `accept`).
     pub accept_late: bool,
+    /// No two rows of the side's stream have equal keys (a unique key of its contract
+    /// lies within the join keys). The other side then keeps no row once it has met
+    /// this side's row of its key, and a second row of a key this side still holds is
+    /// a contract violation: it is rejected, not joined (see [`PairOutput::duplicates`]).
+    pub unique: bool,
 }
 
 /// Everything a [`StreamJoinOperator`] is built from.
@@ -177,11 +182,37 @@ enum OutCol {
 
 type RowRef = (u32, u32);
 
+/// What one side's input did in a micro-batch ([`StreamJoinOperator::run_side`]).
+#[derive(Default)]
+struct SideRun {
+    late: Option<RecordBatch>,
+    late_count: u64,
+    /// Entries added to this side's state.
+    added: u64,
+    /// Entries of the other side's state that met this (unique) side's row of their key.
+    removed_other: u64,
+    /// Rows rejected for repeating a key of this (unique) side.
+    duplicates: Option<RecordBatch>,
+}
+
+/// The rows of `batch` that `which` selects (`None` when there are none).
+fn take_rows(batch: &RecordBatch, which: &[bool]) -> Result<Option<RecordBatch>> {
+    if !which.contains(&true) {
+        return Ok(None);
+    }
+    filter_record_batch(batch, &BooleanArray::from(which.to_vec()))
+        .map(Some)
+        .map_err(engine)
+}
+
 /// The stream-stream join operator.
 pub struct StreamJoinOperator {
     layout: JoinLayout,
     evictions: [Option<Eviction>; 2],
     preserved: [bool; 2],
+    /// Each side's rows are unique on the join keys ([`JoinSideSpec::unique`]; never
+    /// for a null-safe join, whose null keys would repeat).
+    unique: [bool; 2],
     key_types: Vec<DataType>,
     converter: RowConverter,
     out_cols: Vec<OutCol>,
@@ -345,6 +376,7 @@ impl StreamJoinOperator {
             None => None,
             Some(p) => Some(compile_joined_predicate(p, &l.schema, &r.schema)?),
         };
+        let unique = [l.unique, r.unique].map(|u| u && !layout.null_safe);
         let evictions = state_evictions(&layout);
         let mut layout = layout;
         // Outer rows have nulls where the inputs may have none.
@@ -352,6 +384,7 @@ impl StreamJoinOperator {
         Ok(StreamJoinOperator {
             evictions,
             preserved,
+            unique,
             key_types,
             converter,
             out_cols,
@@ -449,19 +482,19 @@ impl StreamJoinOperator {
     }
 
     /// Steps 1-3 for one side: filter, join with the other side's state, store.
-    /// Returns the joined pairs (left ref, right ref) and the late rows.
+    /// Adds the joined pairs (left ref, right ref) to `pairs`.
     fn run_side(
         &mut self,
         side: usize,
         input: &[RecordBatch],
         ctx: &OpContext,
         pairs: &mut Vec<(Option<RowRef>, Option<RowRef>)>,
-    ) -> Result<(Option<RecordBatch>, u64, u64)> {
+    ) -> Result<SideRun> {
         let spec = self.spec(side).clone();
         let other = 1 - side;
         let nonempty: Vec<&RecordBatch> = input.iter().filter(|b| b.num_rows() > 0).collect();
         let batch = match nonempty.as_slice() {
-            [] => return Ok((None, 0, 0)),
+            [] => return Ok(SideRun::default()),
             [one] => (*one).clone(),
             _ => concat_batches(&spec.schema, nonempty).map_err(engine)?,
         };
@@ -512,10 +545,21 @@ impl StreamJoinOperator {
         } else {
             filter_record_batch(&batch, &BooleanArray::from(keep)).map_err(engine)?
         };
+        let late_count = late.len() as u64;
         if kept.num_rows() == 0 {
-            return Ok((late_batch, late.len() as u64, 0));
+            return Ok(SideRun {
+                late: late_batch,
+                late_count,
+                ..SideRun::default()
+            });
         }
         let (rows, null_key) = self.key_rows(side, &kept)?;
+        let duplicate = if self.unique[side] {
+            self.repeated_keys(side, &rows, &null_key)
+        } else {
+            vec![false; kept.num_rows()]
+        };
+        let duplicates = take_rows(&kept, &duplicate)?;
         let range = if all_kept {
             range
         } else {
@@ -551,11 +595,19 @@ impl StreamJoinOperator {
         // Candidates: (row of this batch, slot of the other side's entry).
         self.sides[other].prepare_probes(kept.num_rows());
         let mut candidates: Vec<(usize, u32)> = Vec::new();
+        // Whether the other side holds the row's key, and (when this side is unique) the
+        // other side's entries of the keys probed.
+        let mut other_holds_key = vec![false; kept.num_rows()];
+        let mut probed: Vec<u32> = Vec::new();
         for i in 0..kept.num_rows() {
-            if null_key[i] {
+            if null_key[i] || duplicate[i] {
                 continue;
             }
             for (slot, e) in self.sides[other].matches(rows.row(i).as_ref()) {
+                other_holds_key[i] = true;
+                if self.unique[side] {
+                    probed.push(slot);
+                }
                 if in_range(range[i], e.range_time.get()) {
                     candidates.push((i, slot));
                 }
@@ -619,9 +671,25 @@ impl StreamJoinOperator {
                 (that_ref, this_ref)
             });
         }
+        // This side is unique: the other side's rows of the keys it met can meet no
+        // other row, and go unless they are unmatched rows of a preserved side (emitted
+        // when evicted).
+        let removed_other = if probed.is_empty() {
+            0
+        } else {
+            let st = &self.sides[other];
+            let done: Vec<u32> = probed
+                .into_iter()
+                .filter(|slot| !self.preserved[other] || st.entry(*slot).matched)
+                .collect();
+            self.sides[other].remove_slots(&done) as u64
+        };
         // Store. Left rows always (they may still meet this batch's right rows); right
         // rows unless they are evicted right away, except unmatched rows of a preserved
-        // right side, which are emitted at eviction.
+        // right side, which are emitted at eviction. Neither when the other side is
+        // unique and holds the row's key (its one row of that key is the only one the
+        // row can ever meet), unless it is an unmatched row of a preserved side;
+        // rejected duplicates never.
         let threshold = self.threshold_us(side, ctx);
         // Keys of one schema are mostly of one length: the first one's is the estimate.
         let key_len = if rows.num_rows() > 0 {
@@ -633,7 +701,11 @@ impl StreamJoinOperator {
         let mut added = 0;
         for i in 0..kept.num_rows() {
             let evicting_now = threshold.is_some_and(|th| evict_times[i].is_some_and(|t| t <= th));
-            let add = side == LEFT || !evicting_now || (self.preserved[side] && !matched[i]);
+            let waits_outer = self.preserved[side] && !matched[i];
+            let met_its_match = self.unique[other] && other_holds_key[i];
+            let add = !duplicate[i]
+                && (!met_its_match || waits_outer)
+                && (side == LEFT || !evicting_now || waits_outer);
             if add {
                 self.sides[side].insert(
                     rows.row(i).as_ref(),
@@ -650,7 +722,28 @@ impl StreamJoinOperator {
                 added += 1;
             }
         }
-        Ok((late_batch, late.len() as u64, added))
+        Ok(SideRun {
+            late: late_batch,
+            late_count,
+            added,
+            removed_other,
+            duplicates,
+        })
+    }
+
+    /// Which rows repeat a key of this (unique) side: one it holds, or one an earlier
+    /// row of the batch has.
+    fn repeated_keys(&mut self, side: usize, rows: &Rows, null_key: &[bool]) -> Vec<bool> {
+        let state = &mut self.sides[side];
+        state.prepare_probes(rows.num_rows());
+        let mut seen: std::collections::HashSet<&[u8]> =
+            std::collections::HashSet::with_capacity(rows.num_rows());
+        (0..rows.num_rows())
+            .map(|i| {
+                let key = rows.row(i).data();
+                !null_key[i] && (!seen.insert(key) || state.matches(key).next().is_some())
+            })
+            .collect()
     }
 
     /// The columns of `side` for `refs` (`None`: nulls).
@@ -917,10 +1010,11 @@ impl StatefulOperator for StreamJoinOperator {
         }
         let before = (self.sides[LEFT].rows + self.sides[RIGHT].rows) as u64;
         let mut pairs = Vec::new();
-        let (late_l, n_l, added_l) = self.run_side(LEFT, left, ctx, &mut pairs)?;
-        let (late_r, n_r, added_r) = self.run_side(RIGHT, right, ctx, &mut pairs)?;
+        let l = self.run_side(LEFT, left, ctx, &mut pairs)?;
+        let r = self.run_side(RIGHT, right, ctx, &mut pairs)?;
+        let (added_l, added_r) = (l.added, r.added);
         // 4. Eviction; unmatched rows of preserved sides are emitted.
-        let mut removed = 0u64;
+        let mut removed = l.removed_other + r.removed_other;
         for side in [LEFT, RIGHT] {
             if let Some(th) = self.threshold_us(side, ctx) {
                 let gone = self.sides[side].evict(th);
@@ -948,8 +1042,9 @@ impl StatefulOperator for StreamJoinOperator {
         };
         Ok(PairOutput {
             rows: vec![batch],
-            late: [late_l, late_r],
-            late_count: [n_l, n_r],
+            late: [l.late, r.late],
+            late_count: [l.late_count, r.late_count],
+            duplicates: [l.duplicates, r.duplicates],
         })
     }
 
@@ -1145,6 +1240,8 @@ pub struct JoinInput<'a> {
     pub sources: Vec<String>,
     /// Event-time columns it carries (see [`etlantic_core::ir::lineage`]).
     pub event_columns: Vec<String>,
+    /// Whether its rows are unique on the join keys (see [`etlantic_core::ir::keys`]).
+    pub unique_on_keys: bool,
 }
 
 /// Builds the stateful unit of a stream-stream join step.
@@ -1203,6 +1300,7 @@ pub fn join_unit(
                 keys: keys.clone(),
                 watermark_column,
                 accept_late: late == LatePolicy::Accept,
+                unique: input.unique_on_keys,
             },
             late,
         ))
@@ -1261,8 +1359,21 @@ pub struct PairRun {
     pub late_routes: Vec<(LatePolicy, RecordBatch, String)>,
     /// Late rows in all.
     pub late_count: u64,
+    /// Rows rejected for repeating a key their side declares unique.
+    pub duplicates: Vec<DuplicateRows>,
     /// The operator's progress entry.
     pub progress: StateProgress,
+}
+
+/// Rows of one side of a stream-stream join that repeat a key the side declares unique
+/// (see [`JoinSideSpec::unique`]): the runtime quarantines them (`ETL704`).
+pub struct DuplicateRows {
+    /// The rows, as they entered the join.
+    pub rows: RecordBatch,
+    /// The sources feeding the side (comma-separated).
+    pub sources: String,
+    /// The side's join keys.
+    pub keys: Vec<String>,
 }
 
 /// Runs a two-input unit (a stream-stream join) on the relations of a micro-batch.
@@ -1294,10 +1405,32 @@ pub fn run_pair_unit(
         late_routes.push((sec.late_policy.clone(), r, sec.sources.join(",")));
     }
     let late_count = out.late_count[0] + out.late_count[1];
+    let keys = match &s.step.op {
+        Action::Join {
+            left_keys,
+            right_keys,
+            ..
+        } => [left_keys.clone(), right_keys.clone()],
+        _ => Default::default(),
+    };
+    let sources = [s.sources.join(","), sec.sources.join(",")];
+    let duplicates = out
+        .duplicates
+        .into_iter()
+        .zip(keys.into_iter().zip(sources))
+        .filter_map(|(rows, (keys, sources))| {
+            rows.map(|rows| DuplicateRows {
+                rows,
+                sources,
+                keys,
+            })
+        })
+        .collect();
     Ok(PairRun {
         output: Table::new(s.op.output_schema(), out.rows),
         late_routes,
         late_count,
+        duplicates,
         progress: StateProgress {
             operator_name: s.op.name().to_string(),
             id: s.id.clone(),
@@ -1328,6 +1461,7 @@ mod tests {
             keys: vec![key.into()],
             watermark_column: wm.then(|| time.to_string()),
             accept_late: false,
+            unique: false,
         }
     }
 
@@ -1468,5 +1602,142 @@ mod tests {
         assert_eq!(out.rows[0].num_rows(), 1);
         let snap = op.snapshot().unwrap();
         assert_eq!(snap.num_rows(), 1_001);
+    }
+
+    /// The rows of `batches` as sorted strings (order-free comparison).
+    fn sorted_rows(batches: &[RecordBatch]) -> Vec<String> {
+        let mut out: Vec<String> = batches
+            .iter()
+            .flat_map(|b| {
+                (0..b.num_rows()).map(move |i| {
+                    b.columns()
+                        .iter()
+                        .map(|c| arrow::util::display::array_value_to_string(c, i).unwrap())
+                        .collect::<Vec<_>>()
+                        .join("|")
+                })
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// A right side with one row per key, arriving at batch `key` (13 keys); left rows
+    /// of every key in every batch, some before and some after their right row.
+    fn left_rows(b: i64) -> Vec<(String, i64)> {
+        (0..6)
+            .map(|j| (format!("k{}", (b * 7 + j) % 13), b * 10 + j))
+            .collect()
+    }
+
+    fn right_rows(b: i64) -> Vec<(String, i64)> {
+        if b < 13 {
+            vec![(format!("k{b}"), b * 10)]
+        } else {
+            vec![]
+        }
+    }
+
+    fn as_refs(rows: &[(String, i64)]) -> Vec<(&str, i64)> {
+        rows.iter().map(|(k, t)| (k.as_str(), *t)).collect()
+    }
+
+    /// A side declared unique on its join keys changes how much state the join keeps,
+    /// never what it outputs: the same batches through the join with and without the
+    /// declaration give the same rows, and with it the left side holds no row that met
+    /// its right row (an inner join keeps none of those; a left outer join keeps only
+    /// unmatched ones, for their null-padded row at eviction).
+    #[test]
+    fn a_unique_side_changes_the_state_not_the_output() {
+        for join_type in [JoinType::Inner, JoinType::Left, JoinType::Full] {
+            let plain = layout(join_type, true, true, true);
+            let mut unique = plain.clone();
+            unique.right.unique = true;
+            let mut a = StreamJoinOperator::new(plain.clone()).unwrap();
+            let mut b = StreamJoinOperator::new(unique).unwrap();
+            let (mut out_a, mut out_b) = (Vec::new(), Vec::new());
+            let (mut held_a, mut held_b, mut matched_a) = (0, 0, 0);
+            for batch_no in 0..25 {
+                let l = [batch(&plain.left, &as_refs(&left_rows(batch_no)))];
+                let r = [batch(&plain.right, &as_refs(&right_rows(batch_no)))];
+                let c = ctx(batch_no * 10 - 30);
+                out_a.extend(a.process_pair(&l, &r, &c).unwrap().rows);
+                let ob = b.process_pair(&l, &r, &c).unwrap();
+                assert!(ob.duplicates.iter().all(Option::is_none));
+                out_b.extend(ob.rows);
+                held_a += a.sides[LEFT].rows;
+                held_b += b.sides[LEFT].rows;
+                matched_a += a.sides[LEFT]
+                    .entries_by_seq()
+                    .iter()
+                    .filter(|e| e.matched)
+                    .count();
+                // Every left row still held by `b` is one that has not met its right row.
+                for e in b.sides[LEFT].entries_by_seq() {
+                    assert!(!e.matched, "{join_type:?}: a matched left row is held");
+                }
+            }
+            assert_eq!(sorted_rows(&out_a), sorted_rows(&out_b), "{join_type:?}");
+            assert!(!out_a.iter().all(|b| b.num_rows() == 0));
+            // Without the declaration the matched rows wait for their eviction.
+            assert!(matched_a > 0, "{join_type:?}");
+            assert!(
+                held_b <= held_a - matched_a,
+                "{join_type:?}: {held_b} left rows held over the batches, {held_a} \
+                 ({matched_a} matched) without the key"
+            );
+        }
+    }
+
+    /// A row repeating a unique key the join still holds is rejected and joins nothing,
+    /// as is the second of two rows of one key in a batch.
+    #[test]
+    fn a_repeated_unique_key_is_rejected() {
+        let mut l = layout(JoinType::Inner, true, true, true);
+        l.right.unique = true;
+        let mut op = StreamJoinOperator::new(l.clone()).unwrap();
+        let out = op
+            .process_pair(
+                &[batch(&l.left, &[("a", 100)])],
+                &[batch(&l.right, &[("a", 100), ("b", 100), ("a", 101)])],
+                &ctx(0),
+            )
+            .unwrap();
+        assert_eq!(
+            out.rows[0].num_rows(),
+            1,
+            "the left row meets the first `a`"
+        );
+        let dup = out.duplicates[RIGHT].as_ref().expect("the second `a`");
+        assert_eq!(sorted_rows(std::slice::from_ref(dup)).len(), 1);
+        assert!(out.duplicates[LEFT].is_none());
+        // `b` is held: its repeat in a later batch is rejected too, and its left row
+        // meets the first `b` only.
+        let out = op
+            .process_pair(
+                &[batch(&l.left, &[("b", 102)])],
+                &[batch(&l.right, &[("b", 103)])],
+                &ctx(0),
+            )
+            .unwrap();
+        assert_eq!(out.rows[0].num_rows(), 1);
+        let rows = sorted_rows(&out.rows);
+        assert!(rows[0].ends_with("1970-01-01T00:01:40Z"), "{rows:?}");
+        assert_eq!(
+            out.duplicates[RIGHT].as_ref().map(RecordBatch::num_rows),
+            Some(1)
+        );
+        // Without the declaration, both rows of a key join.
+        let plain = layout(JoinType::Inner, true, true, true);
+        let mut op = StreamJoinOperator::new(plain.clone()).unwrap();
+        let out = op
+            .process_pair(
+                &[batch(&plain.left, &[("a", 100)])],
+                &[batch(&plain.right, &[("a", 100), ("a", 101)])],
+                &ctx(0),
+            )
+            .unwrap();
+        assert_eq!(out.rows[0].num_rows(), 2);
+        assert!(out.duplicates.iter().all(Option::is_none));
     }
 }

@@ -76,6 +76,9 @@ pub struct PairOutput {
     pub late: [Option<RecordBatch>; 2],
     /// Number of late rows of each input.
     pub late_count: [u64; 2],
+    /// Rows of each input rejected for repeating a key that input declares unique
+    /// (while the operator still held the first row of that key), as they entered it.
+    pub duplicates: [Option<RecordBatch>; 2],
 }
 
 /// State size metrics (Spark's `stateOperators[]`).

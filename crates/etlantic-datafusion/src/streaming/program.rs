@@ -10,6 +10,7 @@ use arrow::array::{ArrayRef, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use etlantic_core::data::Table;
 use etlantic_core::diagnostics::{codes, Error, Result};
+use etlantic_core::ir::keys::UniqueKey;
 use etlantic_core::ir::lineage::EventColumn;
 use etlantic_core::ir::{Action, ActionNode, Expr, NamedExpr, WindowKind};
 use etlantic_core::plugin::{StepLogic, StepTask};
@@ -102,6 +103,9 @@ pub struct TransformUnit {
     /// The event-time columns of its output (see [`etlantic_core::ir::lineage`]);
     /// empty for an opaque step.
     pub event_columns: Vec<EventColumn>,
+    /// The unique keys of its output (see [`etlantic_core::ir::keys`]); empty for an
+    /// opaque step.
+    pub unique_keys: Vec<UniqueKey>,
 }
 
 impl StatefulUnit {
@@ -145,6 +149,17 @@ pub fn mark_inner_units(transforms: &mut [TransformUnit]) {
             }
         }
     }
+}
+
+/// The unique keys upstream of a transformation (see [`etlantic_core::ir::keys`]).
+#[derive(Clone, Copy)]
+pub struct UpstreamKeys<'a> {
+    /// The unique keys of every upstream node's output.
+    pub of_nodes: &'a HashMap<String, Vec<UniqueKey>>,
+    /// Whether its deduplications and aggregations emit each key once (no source feeding
+    /// it accepts late rows, no state TTL applies to it): their keys are then unique
+    /// keys of their output.
+    pub stateful_keys: bool,
 }
 
 /// Information about the sources of the region.
@@ -208,11 +223,12 @@ fn aggregate_time_key(group_by: &[NamedExpr], event_cols: &[String]) -> Option<u
 
 /// Builds the units of one transformation. `schemas` holds the schemas of every relation
 /// visible to it (its ports), and receives the schemas of the steps; `event_time` holds
-/// the event-time columns of every upstream node's output.
+/// the event-time columns of every upstream node's output, `unique` their unique keys.
 pub fn build_transform(
     task: &StepTask,
     upstream_sources: &HashMap<String, Vec<String>>,
     event_time: &HashMap<String, Vec<EventColumn>>,
+    unique: UpstreamKeys<'_>,
     sources: &HashMap<String, SourceInfo>,
     schemas: &mut HashMap<String, SchemaRef>,
 ) -> Result<TransformUnit> {
@@ -233,6 +249,7 @@ pub fn build_transform(
                 opaque: Some(task.clone()),
                 backend: None,
                 event_columns: vec![],
+                unique_keys: vec![],
             })
         }
     };
@@ -268,6 +285,24 @@ pub fn build_transform(
             .collect();
         etlantic_core::ir::lineage::event_time_lags(&decoded.steps, ports)
     };
+    // Unique keys through the steps: a stream-stream join keeps less state when a side
+    // is unique on its join keys.
+    let keys = {
+        let ports = inputs
+            .iter()
+            .map(|(port, node)| {
+                (
+                    port.clone(),
+                    unique.of_nodes.get(node).cloned().unwrap_or_default(),
+                )
+            })
+            .collect();
+        etlantic_core::ir::keys::unique_keys(&decoded.steps, ports, unique.stateful_keys)
+    };
+    let unique_on = |rel: &str, columns: &[String]| {
+        keys.get(rel)
+            .is_some_and(|k| etlantic_core::ir::keys::is_unique_on(k, columns))
+    };
     let names = |cols: &[EventColumn]| cols.iter().map(|c| c.name.clone()).collect::<Vec<_>>();
     for step in &decoded.steps {
         let mut fed: Vec<String> = feeders.get(&step.target).cloned().unwrap_or_default();
@@ -279,10 +314,20 @@ pub fn build_transform(
         feeders.insert(step.id.clone(), fed.clone());
         // A join of two streams keeps both sides in state; a join with a static side is
         // an ordinary join of each micro-batch with the static table.
-        if let Action::Join { right, .. } = &step.op {
+        if let Action::Join {
+            right,
+            left_keys,
+            right_keys,
+            ..
+        } = &step.op
+        {
             let left_fed = feeders.get(&step.target).cloned().unwrap_or_default();
             let right_fed = feeders.get(right).cloned().unwrap_or_default();
             if !is_static(&left_fed) && !is_static(&right_fed) {
+                let unique_on_keys = [
+                    unique_on(&step.target, left_keys),
+                    unique_on(right, right_keys),
+                ];
                 let lineage_of = |rel: &str| names(lineage.get(rel).map_or(&[][..], |c| c));
                 let (left_events, right_events) = (lineage_of(&step.target), lineage_of(right));
                 // Keep in state only the columns the join and what follows it read.
@@ -332,11 +377,13 @@ pub fn build_transform(
                         relation: &step.target,
                         sources: left_fed,
                         event_columns: left_events,
+                        unique_on_keys: unique_on_keys[0],
                     },
                     super::join::JoinInput {
                         relation: pruned_right,
                         sources: right_fed,
                         event_columns: right_events,
+                        unique_on_keys: unique_on_keys[1],
                     },
                     schemas,
                     &parameters,
@@ -591,6 +638,7 @@ pub fn build_transform(
         inputs,
         units,
         event_columns: lineage.get(&output).cloned().unwrap_or_default(),
+        unique_keys: keys.get(&output).cloned().unwrap_or_default(),
         output,
         parameters,
         opaque: None,

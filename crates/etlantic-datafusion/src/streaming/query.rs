@@ -34,6 +34,7 @@ use chrono::Utc;
 use etlantic_core::canonical;
 use etlantic_core::data::{Offset, RejectedRecord, RowOrigins, SourcePosition, Table};
 use etlantic_core::diagnostics::{codes, Diagnostic, Diagnostics, Error, Result};
+use etlantic_core::ir::keys::UniqueKey;
 use etlantic_core::ir::lineage::EventColumn;
 use etlantic_core::plugin::{
     self, ReadLimit, Sink, SinkBatch, SinkContext, Source, SourceContext, StepTask, WriteOutcome,
@@ -541,6 +542,13 @@ impl StreamingQuery {
                 )
             })
             .collect();
+        // The unique keys of every node's output: the sources' contracts declare them,
+        // the transformations' steps keep some (a stream-stream join keeps less state
+        // when a side is unique on its join keys).
+        let mut node_unique: HashMap<String, Vec<UniqueKey>> = HashMap::new();
+        for s in &plan.sources {
+            node_unique.insert(s.id.clone(), plan.asset_contract(&s.asset)?.unique_keys());
+        }
         let mut transforms = Vec::new();
         for t in &plan.transforms {
             let task = plan.step_task(&t.id)?;
@@ -561,10 +569,26 @@ impl StreamingQuery {
                 .map(|(_, n)| (n.clone(), upstream.get(n).cloned().unwrap_or_default()))
                 .collect();
             let unit = if t.backend == crate::capabilities::BACKEND_NAME {
+                // An accepted late row or an expired key lets a stateful step emit a
+                // key again.
+                let accepts_late = fed.iter().any(|s| {
+                    source_infos
+                        .get(s)
+                        .is_some_and(|i| i.late == LatePolicy::Accept)
+                });
+                let has_ttl = plan
+                    .profile
+                    .state_ttl
+                    .keys()
+                    .any(|k| *k == t.id || k.starts_with(&format!("{}.", t.id)));
                 build_transform(
                     &task,
                     &port_upstream,
                     &node_event_time,
+                    super::program::UpstreamKeys {
+                        of_nodes: &node_unique,
+                        stateful_keys: !accepts_late && !has_ttl,
+                    },
                     &source_infos,
                     &mut schemas,
                 )?
@@ -599,6 +623,7 @@ impl StreamingQuery {
                     opaque: Some(task.clone()),
                     backend: Some(backend),
                     event_columns: vec![],
+                    unique_keys: vec![],
                 }
             };
             let out_schema = match &unit.opaque {
@@ -629,6 +654,7 @@ impl StreamingQuery {
                 None => unit.event_columns.clone(),
             };
             node_event_time.insert(t.id.clone(), event_time);
+            node_unique.insert(t.id.clone(), unit.unique_keys.clone());
             upstream.insert(t.id.clone(), fed);
             transforms.push(unit);
         }
@@ -1100,6 +1126,7 @@ impl StreamingQuery {
         };
         let output_modes = output_modes(&self.plan);
         let mut late_routes: Vec<(LatePolicy, RecordBatch, String)> = Vec::new();
+        let mut duplicates: Vec<super::join::DuplicateRows> = Vec::new();
         let mut state_progress = Vec::new();
         for t in self.transforms.iter_mut() {
             let mut local: HashMap<String, Table> = HashMap::new();
@@ -1158,6 +1185,7 @@ impl StreamingQuery {
                         let run = super::join::run_pair_unit(s, &local, &ctx)?;
                         stats.late += run.late_count;
                         late_routes.extend(run.late_routes);
+                        duplicates.extend(run.duplicates);
                         state_progress.push(run.progress);
                         local.insert(s.step.id.clone(), run.output);
                     }
@@ -1222,6 +1250,12 @@ impl StreamingQuery {
         }
         progress.duration("queryPlanning", std::time::Duration::ZERO);
 
+        // Rows a join rejected for repeating a unique key.
+        for d in &duplicates {
+            let records = duplicate_records(d)?;
+            stats.rejected += records.len() as u64;
+            self.quarantine(&records, batch_id, &mut already_quarantined, true)?;
+        }
         // Late rows that the policy routes somewhere.
         let mut side: HashMap<usize, Vec<RecordBatch>> = HashMap::new();
         for (policy, late, sources) in late_routes {
@@ -1547,24 +1581,54 @@ fn late_records(
     sources: &str,
     watermark_ms: i64,
 ) -> Result<Vec<RejectedRecord>> {
+    let reason = format!(
+        "late event: behind the watermark {}",
+        chrono::DateTime::from_timestamp_millis(watermark_ms)
+            .map(|d| d.to_rfc3339())
+            .unwrap_or_default()
+    );
+    rows_as_records(late, sources, &codes::LATE_EVENT, &reason, None)
+}
+
+/// The rows a stream-stream join rejected for repeating a unique key, as quarantine
+/// records: they break their contract's uniqueness (`ETL704`).
+fn duplicate_records(d: &super::join::DuplicateRows) -> Result<Vec<RejectedRecord>> {
+    let keys = d.keys.join(", ");
+    let reason = format!(
+        "duplicate key ({keys}): its contract declares it unique and a stream-stream join \
+         still holds an earlier row of it; the join went on without this row"
+    );
+    rows_as_records(
+        &d.rows,
+        &d.sources,
+        &codes::RECORD_RULE_VIOLATION,
+        &reason,
+        d.keys.first().cloned(),
+    )
+}
+
+/// One quarantine record per row of `rows` (the row as JSON), all with `code` and
+/// `reason`.
+fn rows_as_records(
+    rows: &RecordBatch,
+    sources: &str,
+    code: &codes::CodeInfo,
+    reason: &str,
+    field: Option<String>,
+) -> Result<Vec<RejectedRecord>> {
     let mut buf = Vec::new();
     {
         let mut w = arrow::json::LineDelimitedWriter::new(&mut buf);
-        w.write(late).map_err(io)?;
+        w.write(rows).map_err(io)?;
         w.finish().map_err(io)?;
     }
     let text = String::from_utf8_lossy(&buf);
     Ok(text
         .lines()
         .map(|line| RejectedRecord {
-            code: codes::LATE_EVENT.code.to_string(),
-            reason: format!(
-                "late event: behind the watermark {}",
-                chrono::DateTime::from_timestamp_millis(watermark_ms)
-                    .map(|d| d.to_rfc3339())
-                    .unwrap_or_default()
-            ),
-            field: None,
+            code: code.code.to_string(),
+            reason: reason.to_string(),
+            field: field.clone(),
             position: SourcePosition {
                 asset: sources.to_string(),
                 ..Default::default()

@@ -51,6 +51,11 @@ pub const EVENTS: &[(&str, &str)] = &[("ts", "timestamp"), ("user", "string"), (
 
 /// An inline ODCS contract; types are `string`, `long`, `double`, `boolean`, `timestamp`.
 pub fn contract(name: &str, cols: &[(&str, &str)]) -> Value {
+    keyed_contract(name, cols, &[])
+}
+
+/// [`contract`] with `primary_key` as its primary key columns.
+pub fn keyed_contract(name: &str, cols: &[(&str, &str)], primary_key: &[&str]) -> Value {
     let props: Vec<Value> = cols
         .iter()
         .map(|(n, t)| {
@@ -67,6 +72,9 @@ pub fn contract(name: &str, cols: &[(&str, &str)]) -> Value {
                 other => panic!("unknown type {other}"),
             };
             p["name"] = json!(n);
+            if primary_key.contains(n) {
+                p["primaryKey"] = json!(true);
+            }
             p
         })
         .collect();
@@ -97,6 +105,8 @@ pub struct Src<'a> {
     pub read_limit: Option<ReadLimit>,
     /// A binding other than the default memory stream.
     pub binding: Option<String>,
+    /// The contract's primary key columns.
+    pub primary_key: &'a [&'a str],
 }
 
 impl<'a> Src<'a> {
@@ -109,7 +119,14 @@ impl<'a> Src<'a> {
             late: LatePolicy::Drop,
             read_limit: None,
             binding: None,
+            primary_key: &[],
         }
+    }
+
+    /// With `columns` as the contract's primary key.
+    pub fn primary_key(mut self, columns: &'a [&'a str]) -> Self {
+        self.primary_key = columns;
+        self
     }
 
     /// With a watermark on `column`.
@@ -150,7 +167,7 @@ impl Fixture {
     pub fn source(mut self, s: Src<'_>) -> Self {
         self.builder = self
             .builder
-            .asset_inline(s.id, contract(s.id, s.cols))
+            .asset_inline(s.id, keyed_contract(s.id, s.cols, s.primary_key))
             .source_def(SourceDef {
                 id: s.id.into(),
                 asset: s.id.into(),

@@ -313,6 +313,25 @@ impl SideState {
         out
     }
 
+    /// Removes the live entries in `slots` (from [`Self::matches`]); returns how many
+    /// there were. Slots from before the removal mean nothing after it (the arena may
+    /// be rebuilt).
+    pub fn remove_slots(&mut self, slots: &[u32]) -> usize {
+        let mut at: Vec<u32> = slots.to_vec();
+        // Arrival order, as `forget` wants it.
+        at.sort_unstable();
+        at.dedup();
+        let mut out = Vec::with_capacity(at.len());
+        for a in at {
+            let s = &mut self.slots[a as usize];
+            if s.alive {
+                s.alive = false;
+                out.push(s.entry);
+            }
+        }
+        self.forget(out).len()
+    }
+
     /// Removes the entries at or below `threshold_us`; returns them in arrival order.
     /// Only blocks of slots whose earliest eviction time is due are scanned (arrival
     /// order roughly follows event time, so most blocks are either all due or none).
