@@ -110,16 +110,17 @@ pub fn unique_keys(
     map
 }
 
-/// The keys of an aggregation's output: its group columns (none for a global
-/// aggregation, whose one row per emission is no key a join could use), and each input
-/// key that its group columns keep as plain columns (under their output names); each
-/// with `extra` (a window's bounds: a row may fall in several sliding windows).
+/// The keys of an aggregation's output: its group columns with `extra` (a window's
+/// bounds: one row per window and group), and each input key that its group columns
+/// keep as plain columns (under their output names) with `extra` (a row may fall in
+/// several sliding windows). None for a global aggregation, whose one row per emission
+/// is no key a join could use.
 fn group_keys(
     input: &[UniqueKey],
     group_by: &[super::NamedExpr],
     extra: &[&str],
 ) -> Vec<UniqueKey> {
-    if group_by.is_empty() {
+    if group_by.is_empty() && extra.is_empty() {
         return vec![];
     }
     let with_extra = |mut key: UniqueKey| {
