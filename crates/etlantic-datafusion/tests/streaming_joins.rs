@@ -1311,11 +1311,37 @@ async fn a_repeated_unique_key_is_quarantined_not_joined() {
     // fractions).
     assert_eq!(raw["imp_ts"].as_str().unwrap()[..19], ts(3)[..19]);
     let p = run.progress();
-    assert_eq!(
+    let sum = |at: &str| {
         p.iter()
-            .map(|p| p["quarantinedRows"].as_u64().unwrap_or(0))
-            .sum::<u64>(),
-        1,
+            .filter_map(|p| p.pointer(at)?.as_u64())
+            .sum::<u64>()
+    };
+    assert_eq!(sum("/quarantinedRows"), 1, "{p:?}");
+    // Both clicks met their impression, held in state: neither is kept.
+    assert_eq!(
+        sum("/stateOperators/0/customMetrics/numRowsReleasedByUniqueKey"),
+        2,
         "{p:?}"
+    );
+}
+
+/// Without a unique key the join reports no unique-key metric.
+#[tokio::test]
+async fn a_join_without_a_unique_side_has_no_unique_key_metric() {
+    let fx = join_fixture(
+        "ssj_plain_metric",
+        "inner",
+        Some("10 seconds"),
+        Some("5 seconds"),
+        RANGE,
+    );
+    let mut run = fx.start().await;
+    run.feed(&[("imps", vec![imp(0, "a")]), ("clicks", vec![click(5, "a")])])
+        .await;
+    let p = run.progress();
+    let op = &p.last().unwrap()["stateOperators"][0];
+    assert!(
+        op["customMetrics"]["numRowsReleasedByUniqueKey"].is_null(),
+        "{op}"
     );
 }

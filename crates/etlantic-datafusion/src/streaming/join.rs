@@ -192,6 +192,11 @@ enum OutCol {
 
 type RowRef = (u32, u32);
 
+/// The progress custom metric of a join with a side unique on the join keys: rows of a
+/// micro-batch that the join did not keep, or dropped from its state, because they had
+/// met the unique side's one row of their key (see [`JoinSideSpec::unique`]).
+pub const ROWS_RELEASED_BY_UNIQUE_KEY: &str = "numRowsReleasedByUniqueKey";
+
 /// What one side's input did in a micro-batch ([`StreamJoinOperator::run_side`]).
 #[derive(Default)]
 struct SideRun {
@@ -201,6 +206,8 @@ struct SideRun {
     added: u64,
     /// Entries of the other side's state that met this (unique) side's row of their key.
     removed_other: u64,
+    /// Rows not added for having met the other (unique) side's row of their key.
+    not_kept: u64,
     /// Rows rejected for repeating a key of this (unique) side.
     duplicates: Option<RecordBatch>,
 }
@@ -232,6 +239,9 @@ pub struct StreamJoinOperator {
     metrics: StateMetrics,
     ttl: Option<StateTtl>,
     ttl_removed: u64,
+    /// Rows of the micro-batch not kept, or dropped, for having met a unique side's row
+    /// of their key (the [`ROWS_RELEASED_BY_UNIQUE_KEY`] metric).
+    unique_released: u64,
 }
 
 fn relaxed(schema: &SchemaRef) -> SchemaRef {
@@ -404,6 +414,7 @@ impl StreamJoinOperator {
             metrics: StateMetrics::default(),
             ttl: None,
             ttl_removed: 0,
+            unique_released: 0,
             layout,
         })
     }
@@ -710,12 +721,15 @@ impl StreamJoinOperator {
         };
         self.sides[side].reserve(kept.num_rows(), kept.num_rows() * key_len);
         let mut added = 0;
+        let mut not_kept = 0;
         for i in 0..kept.num_rows() {
             let evicting_now = threshold.is_some_and(|th| evict_times[i].is_some_and(|t| t <= th));
             let waits_outer = self.preserved[side] && !matched[i];
             let met_its_match = self.unique[other] && other_holds_key[i];
+            let released = met_its_match && !waits_outer;
+            not_kept += u64::from(released);
             let add = !duplicate[i]
-                && (!met_its_match || waits_outer)
+                && !released
                 && (side == self.first_side() || !evicting_now || waits_outer);
             if add {
                 self.sides[side].insert(
@@ -738,6 +752,7 @@ impl StreamJoinOperator {
             late_count,
             added,
             removed_other,
+            not_kept,
             duplicates,
         })
     }
@@ -1046,6 +1061,7 @@ impl StatefulOperator for StreamJoinOperator {
         let (added_l, added_r) = (l.added, r.added);
         // 4. Eviction; unmatched rows of preserved sides are emitted.
         let mut removed = l.removed_other + r.removed_other;
+        self.unique_released = removed + l.not_kept + r.not_kept;
         for side in [LEFT, RIGHT] {
             if let Some(th) = self.threshold_us(side, ctx) {
                 let gone = self.sides[side].evict(th);
@@ -1247,10 +1263,14 @@ impl StatefulOperator for StreamJoinOperator {
     }
 
     fn custom_metrics(&self) -> Vec<(&'static str, u64)> {
-        match self.ttl {
-            Some(_) => vec![(ROWS_REMOVED_BY_TTL, self.ttl_removed)],
-            None => vec![],
+        let mut m = Vec::new();
+        if self.ttl.is_some() {
+            m.push((ROWS_REMOVED_BY_TTL, self.ttl_removed));
         }
+        if self.unique.contains(&true) {
+            m.push((ROWS_RELEASED_BY_UNIQUE_KEY, self.unique_released));
+        }
+        m
     }
 
     /// Spark's `shouldRunAnotherBatch`: a watermark advance matters when some side's
