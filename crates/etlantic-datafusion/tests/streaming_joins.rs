@@ -530,11 +530,7 @@ async fn late_rows_of_each_side_follow_that_sides_policy() {
         run.feed(&[("imps", imps), ("clicks", clicks)]).await;
     }
     // Batch 3's late impression g is dropped; its late click d is quarantined.
-    let lines: Vec<Value> = std::fs::read_to_string(fx.quarantine())
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = fx.quarantined();
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert_eq!(lines[0]["code"], "ETL708");
     let raw: Value = serde_json::from_str(lines[0]["raw"].as_str().unwrap()).unwrap();
@@ -1290,11 +1286,7 @@ async fn a_repeated_unique_key_is_quarantined_not_joined() {
             out(Some((2, "b")), Some((6, "b"))),
         ])
     );
-    let lines: Vec<Value> = std::fs::read_to_string(fx.quarantine())
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = fx.quarantined();
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert_eq!(lines[0]["code"], "ETL704");
     assert!(

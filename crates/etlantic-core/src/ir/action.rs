@@ -342,6 +342,18 @@ pub struct ActionNode {
     pub op: Action,
 }
 
+impl ActionNode {
+    /// Node `id` applying `op` to `target`, with `op`'s registry id.
+    pub fn new(id: impl Into<String>, target: impl Into<String>, op: Action) -> Self {
+        ActionNode {
+            id: id.into(),
+            action: op.id().into(),
+            target: target.into(),
+            op,
+        }
+    }
+}
+
 impl Action {
     /// The action with every parameter reference (`Expr::Parameter`) replaced by its value
     /// from `params`; `ETL209` names the first parameter that has no value.

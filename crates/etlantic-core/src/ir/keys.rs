@@ -169,12 +169,7 @@ mod tests {
     use indexmap::IndexMap;
 
     fn node(id: &str, target: &str, op: Action) -> ActionNode {
-        ActionNode {
-            id: id.into(),
-            action: op.id().into(),
-            target: target.into(),
-            op,
-        }
+        ActionNode::new(id, target, op)
     }
 
     fn keys_after(steps: Vec<ActionNode>, last: &str) -> Vec<UniqueKey> {

@@ -276,12 +276,7 @@ mod tests {
     use indexmap::IndexMap;
 
     fn node(id: &str, target: &str, op: Action) -> ActionNode {
-        ActionNode {
-            id: id.into(),
-            action: op.id().into(),
-            target: target.into(),
-            op,
-        }
+        ActionNode::new(id, target, op)
     }
 
     #[test]

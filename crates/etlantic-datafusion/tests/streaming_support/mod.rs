@@ -272,6 +272,15 @@ impl Fixture {
         self.dir.path().join("out/quarantine.jsonl")
     }
 
+    /// The records of the quarantine output.
+    pub fn quarantined(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.quarantine())
+            .expect("a quarantine output")
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a JSON line"))
+            .collect()
+    }
+
     /// Options for a query of this fixture.
     pub fn options(&self) -> StreamingOptions {
         StreamingOptions::new(self.dir.path(), self.checkpoint())
