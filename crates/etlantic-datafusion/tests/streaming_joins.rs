@@ -70,20 +70,33 @@ fn join_fixture_step(
     step: &str,
 ) -> Fixture {
     let mut imps = Src::new("imps");
-    imps.cols = IMPS;
     if let Some(d) = imp_wm {
         imps = imps.watermark("imp_ts", d);
     }
     let mut clicks = Src::new("clicks");
-    clicks.cols = CLICKS;
     if let Some(d) = click_wm {
         clicks = clicks.watermark("click_ts", d);
     }
+    imps_and_clicks(name, imps, clicks, step)
+}
+
+/// The sources `imps` and `clicks` (their columns set here) joined by `step` (YAML).
+fn imps_and_clicks(name: &str, imps: Src<'_>, clicks: Src<'_>, step: &str) -> Fixture {
     Fixture::new(name)
-        .source(imps)
-        .source(clicks)
+        .source(Src { cols: IMPS, ..imps })
+        .source(Src {
+            cols: CLICKS,
+            ..clicks
+        })
         .transform_yaml("joined", &["imps", "clicks"], &[step])
         .sink("out", "joined", OUT, OutputMode::Append)
+}
+
+/// A join step of impressions with clicks by ad, `how`, within [`RANGE`].
+fn ranged_join(how: &str) -> String {
+    format!(
+        "join: {{right: clicks, on: {{left: [ad_id], right: [click_ad]}}, how: {how}, {RANGE}}}"
+    )
 }
 
 /// The scenario: a click before its impression (d), a click too late for its impression
@@ -508,23 +521,14 @@ async fn a_join_predicate_decides_what_matched() {
 
 #[tokio::test]
 async fn late_rows_of_each_side_follow_that_sides_policy() {
-    let mut imps = Src::new("imps").watermark("imp_ts", "10 seconds");
-    imps.cols = IMPS;
-    let mut clicks = Src::new("clicks")
-        .watermark("click_ts", "5 seconds")
-        .late(LatePolicy::Quarantine);
-    clicks.cols = CLICKS;
-    let fx = Fixture::new("ssj_late")
-        .source(imps)
-        .source(clicks)
-        .transform_yaml(
-            "joined",
-            &["imps", "clicks"],
-            &[&format!(
-                "join: {{right: clicks, on: {{left: [ad_id], right: [click_ad]}}, how: left, {RANGE}}}"
-            )],
-        )
-        .sink("out", "joined", OUT, OutputMode::Append);
+    let fx = imps_and_clicks(
+        "ssj_late",
+        Src::new("imps").watermark("imp_ts", "10 seconds"),
+        Src::new("clicks")
+            .watermark("click_ts", "5 seconds")
+            .late(LatePolicy::Quarantine),
+        &ranged_join("left"),
+    );
     let mut run = fx.start().await;
     for (imps, clicks) in scenario() {
         run.feed(&[("imps", imps), ("clicks", clicks)]).await;
@@ -1195,27 +1199,14 @@ async fn a_growing_join_state_is_snapshotted_as_it_doubles_and_restores_from_the
 /// [`join_fixture`] with 10/5-second watermarks and [`RANGE`], the impressions' contract
 /// declaring `ad_id` its primary key (one impression per ad).
 fn keyed_join_fixture(name: &str, how: &str) -> Fixture {
-    let imps = Src {
-        cols: IMPS,
-        ..Src::new("imps")
+    imps_and_clicks(
+        name,
+        Src::new("imps")
             .watermark("imp_ts", "10 seconds")
-            .primary_key(&["ad_id"])
-    };
-    let clicks = Src {
-        cols: CLICKS,
-        ..Src::new("clicks").watermark("click_ts", "5 seconds")
-    };
-    Fixture::new(name)
-        .source(imps)
-        .source(clicks)
-        .transform_yaml(
-            "joined",
-            &["imps", "clicks"],
-            &[&format!(
-                "join: {{right: clicks, on: {{left: [ad_id], right: [click_ad]}}, how: {how}, {RANGE}}}"
-            )],
-        )
-        .sink("out", "joined", OUT, OutputMode::Append)
+            .primary_key(&["ad_id"]),
+        Src::new("clicks").watermark("click_ts", "5 seconds"),
+        &ranged_join(how),
+    )
 }
 
 /// With one impression per ad declared, a click that has met its impression is not
