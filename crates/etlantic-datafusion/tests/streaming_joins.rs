@@ -15,7 +15,7 @@ mod streaming_support;
 
 use etlantic_core::model::SourceDef;
 use etlantic_core::streaming::{LatePolicy, OutputMode, StaticRefresh};
-use etlantic_datafusion::streaming::StreamingOptions;
+use etlantic_datafusion::streaming::{ManualClock, StreamingOptions};
 use serde_json::{json, Value};
 use streaming_support::*;
 
@@ -1092,21 +1092,26 @@ fn state_file_names(fx: &Fixture) -> Vec<String> {
 /// ads, 5 s apart), restarting the query before the feeds in `restarts`; returns the
 /// rows each feed emitted and the state size after it.
 async fn long_run(fx: &Fixture, restarts: &[usize]) -> Vec<(Vec<String>, u64)> {
-    feeding_run(fx, 14, restarts, || fx.options()).await
+    feeding_run(fx, 14, restarts, || fx.options(), None).await
 }
 
 /// `batches` micro-batches of one impression and one click (ads a0..a2 in turn), the
 /// query started with `options()` and restarted before each micro-batch in `restarts`;
-/// the new output rows and the state size of each micro-batch.
+/// the new output rows and the state size of each micro-batch. With `clock`, it is moved
+/// 3 s on before each micro-batch.
 async fn feeding_run(
     fx: &Fixture,
     batches: usize,
     restarts: &[usize],
     options: impl Fn() -> StreamingOptions,
+    clock: Option<&ManualClock>,
 ) -> Vec<(Vec<String>, u64)> {
     let mut got = Vec::new();
     let mut run = fx.start_with(options()).await;
     for k in 0..batches {
+        if let Some(c) = clock {
+            c.advance(3_000);
+        }
         if restarts.contains(&k) {
             drop(run);
             run = fx.start_with(options()).await;
@@ -1161,14 +1166,74 @@ async fn join_state_is_checkpointed_as_changes_between_whole_snapshots() {
     assert!(!names.contains(&"11.arrow".to_string()), "{names:?}");
 }
 
+/// Under a state checkpoint interval (10 s here, with micro-batches 3 s apart) only every
+/// fourth micro-batch writes the join's state, as changes since the previous write. A
+/// restart restores the newest written version and runs the committed micro-batches after
+/// it again, through the join only: the output and the state equal a run without
+/// restarts, and no sink gets a micro-batch twice.
+#[tokio::test]
+async fn a_state_checkpoint_interval_writes_state_now_and_then_and_restarts_rebuild_it() {
+    let fixture = |name: &str| {
+        join_fixture(name, "left", Some("10 seconds"), Some("5 seconds"), RANGE).with_profile(|p| {
+            p.state_checkpoint_interval = Some("10 seconds".parse().expect("duration"))
+        })
+    };
+    let reference = long_run(&fixture("ssj_interval_ref"), &[]).await;
+    assert!(reference.iter().any(|(r, _)| !r.is_empty()));
+    let fx = fixture("ssj_interval");
+    let clock = ManualClock::new(0);
+    let options = || {
+        let mut opts = fx.options();
+        opts.clock = clock.clock();
+        opts
+    };
+    // Restarts right after a state write (5), between writes (7, 10) and twice in a row.
+    let got = feeding_run(&fx, 14, &[5, 7, 10, 11], options, Some(&clock)).await;
+    assert_eq!(got, reference);
+    let run = fx.start_with(options()).await;
+    let batches = run.written_batches("out");
+    assert!(batches.windows(2).all(|w| w[0] < w[1]), "{batches:?}");
+    drop(run);
+    // Feed k runs at 3(k+1) s: the state is written at 12 s (k = 3), 24 s (7) and 36 s
+    // (11), each 10 s or more after the previous write (a restart counts from the write
+    // it restored, not from its start); the other micro-batches write none.
+    let mut versions: Vec<u64> = state_file_names(&fx)
+        .iter()
+        .filter_map(|n| n.split('.').next()?.parse().ok())
+        .collect();
+    versions.sort_unstable();
+    versions.dedup();
+    assert_eq!(versions.len(), 3, "{versions:?}");
+    let commits = fx.checkpoint().join("commits");
+    let last = std::fs::read_dir(&commits)
+        .expect("commits")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u64>().ok())
+        .max()
+        .expect("a commit");
+    let entry: Value =
+        serde_json::from_slice(&std::fs::read(commits.join(last.to_string())).expect("commit"))
+            .expect("JSON");
+    assert_eq!(
+        entry["stateVersion"].as_u64(),
+        versions.last().copied(),
+        "{entry}"
+    );
+}
+
 /// [`feeding_run`] over 32 micro-batches with whole snapshots written before the commit,
 /// so which versions have one does not depend on how fast a background write finishes.
 async fn growing_run(fx: &Fixture, restarts: &[usize]) -> Vec<(Vec<String>, u64)> {
-    feeding_run(fx, 32, restarts, || {
-        let mut opts = fx.options();
-        opts.background_snapshots = false;
-        opts
-    })
+    feeding_run(
+        fx,
+        32,
+        restarts,
+        || {
+            let mut opts = fx.options();
+            opts.background_snapshots = false;
+            opts
+        },
+        None,
+    )
     .await
 }
 

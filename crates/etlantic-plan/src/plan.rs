@@ -104,6 +104,10 @@ pub struct PlanProfile {
     /// update (processing time). Empty in batch plans.
     #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
     pub state_ttl: IndexMap<String, Duration>,
+    /// How often streaming state is written to the checkpoint (processing time); `None`:
+    /// after every micro-batch. See `etlantic_core::profile::Profile::state_checkpoint_interval`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_checkpoint_interval: Option<Duration>,
     /// Quality-rule policies by rule id (see `etlantic_core::contract::rules`).
     #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
     pub quality_policies: IndexMap<String, etlantic_core::contract::rules::Policy>,

@@ -1751,6 +1751,9 @@ impl<'a> Planner<'a> {
                 } else {
                     IndexMap::new()
                 },
+                state_checkpoint_interval: prof
+                    .state_checkpoint_interval
+                    .filter(|_| mode == ExecutionMode::Streaming),
                 quality_policies: prof.quality_policies.clone(),
             },
             assets,

@@ -20,8 +20,11 @@
 //! `cargo xtask bench nexmark --events N` runs it; `--markdown FILE` writes the tables;
 //! `--repeat N` (default 3) keeps the fastest of at least N runs of each side (more for
 //! short queries, until a side has run `--min-cpu S` CPU-seconds, default 2); `--query qN` runs
-//! one query and `--profile stream|batch` one side of its throughput
-//! measurement only (for `perf record`).
+//! one query and `--profile stream|stream-interval|batch` one side of its throughput
+//! measurement only (for `perf record`). The throughput table has a second streaming
+//! column with the profile's `state_checkpoint_interval` set to `--state-interval D`
+//! (default 1 second): the state written once per D of processing time, as Flink
+//! checkpoints, instead of after every micro-batch.
 
 use arrow::array::RecordBatch;
 use datafusion::prelude::SessionContext;
@@ -140,7 +143,16 @@ fn plan(dir: &std::path::Path, q: &Query, profile: &str) -> etlantic_plan::Pipel
         .expect("the query plans")
 }
 
-fn stream(rt: &tokio::runtime::Runtime, q: &Query, events: u64, per_batch: u64) -> Measure {
+/// The streaming side; with `state_interval` (a duration) the profile's
+/// `state_checkpoint_interval`: the operators' state is written once that much processing
+/// time has passed, not after every micro-batch.
+fn stream(
+    rt: &tokio::runtime::Runtime,
+    q: &Query,
+    events: u64,
+    per_batch: u64,
+    state_interval: Option<&str>,
+) -> Measure {
     let dir = tempfile::tempdir().expect("a temp dir");
     let name = format!("nexmark_bench_{}", q.name);
     let rows = Arc::new(AtomicU64::new(0));
@@ -159,11 +171,11 @@ fn stream(rt: &tokio::runtime::Runtime, q: &Query, events: u64, per_batch: u64) 
             Ok(())
         }),
     );
-    let plan = plan(
-        dir.path(),
-        q,
-        &profile(q, events, per_batch, &format!("foreach://{name}")),
-    );
+    let mut profile_text = profile(q, events, per_batch, &format!("foreach://{name}"));
+    if let Some(d) = state_interval {
+        profile_text.push_str(&format!("state_checkpoint_interval: {d}\n"));
+    }
+    let plan = plan(dir.path(), q, &profile_text);
     measure(|| {
         rt.block_on(async {
             let opts = StreamingOptions::new(dir.path(), dir.path().join("chk"));
@@ -379,8 +391,12 @@ fn main() {
     let min_cpu: f64 = arg(&args, "--min-cpu")
         .and_then(|v| v.parse().ok())
         .unwrap_or(2.0);
+    // `--state-interval D` (default 1 second): the second streaming column writes the
+    // operators' state once per D of processing time (Flink's checkpoint interval)
+    // instead of after every micro-batch (Spark's way, the first column).
+    let state_interval = arg(&args, "--state-interval").unwrap_or_else(|| "1 second".into());
     let mut table = format!(
-        "Nexmark, {events} generator events, {per_batch} per micro-batch, allocator {allocator}; events per CPU-second of the process (≈ per core), the fastest of at least {repeat} runs of each side (more for short queries: until each side has used {min_cpu} CPU-seconds).\n\n| query | output rows | stream events/s/core | batch events/s/core | stream/batch | stream wall s | runs |\n|---|---|---|---|---|---|---|\n"
+        "Nexmark, {events} generator events, {per_batch} per micro-batch, allocator {allocator}; events per CPU-second of the process (≈ per core), the fastest of at least {repeat} runs of each side (more for short queries: until each side has used {min_cpu} CPU-seconds). *stream*: the state checkpointed after every micro-batch (Spark's way); *stream, state every {state_interval}*: `state_checkpoint_interval: {state_interval}` (Flink's way; offsets and commits still logged per micro-batch).\n\n| query | output rows | stream events/s/core | batch events/s/core | stream/batch | stream, state every {state_interval}: events/s/core | its stream/batch | stream wall s | runs |\n|---|---|---|---|---|---|---|---|---|\n"
     );
     // `--query q3`: one query only (profiling).
     let only = arg(&args, "--query");
@@ -391,9 +407,10 @@ fn main() {
     if let Some(side) = profile_side.as_deref() {
         for q in QUERIES.iter().filter(selected) {
             let m = match side {
-                "stream" => stream(&rt, q, events, per_batch),
+                "stream" => stream(&rt, q, events, per_batch, None),
+                "stream-interval" => stream(&rt, q, events, per_batch, Some(&state_interval)),
                 "batch" => batch(&rt, q, events),
-                other => panic!("--profile takes stream or batch, not {other}"),
+                other => panic!("--profile takes stream, stream-interval or batch, not {other}"),
             };
             println!(
                 "{} {side}: {} rows, {:.0} events/s/core, {:.2} s wall",
@@ -412,28 +429,40 @@ fn main() {
     // second) run more often, until each side has used `--min-cpu` CPU-seconds (at
     // most 50 runs): their fastest run is then as settled as a long query's.
     let fastest = |a: Measure, b: Measure| if b.cpu < a.cpu { b } else { a };
+    let interval = Some(state_interval.as_str());
     for q in QUERIES.iter().filter(selected) {
-        let mut s = stream(&rt, q, events, per_batch);
+        let mut s = stream(&rt, q, events, per_batch, None);
+        let mut si = stream(&rt, q, events, per_batch, interval);
         let mut b = batch(&rt, q, events);
-        let (mut s_cpu, mut b_cpu) = (s.cpu, b.cpu);
+        let (mut s_cpu, mut b_cpu) = (s.cpu.min(si.cpu), b.cpu);
         let mut runs = 1;
         while runs < repeat || (runs < 50 && s_cpu.min(b_cpu) < min_cpu) {
-            let (s2, b2) = (stream(&rt, q, events, per_batch), batch(&rt, q, events));
-            s_cpu += s2.cpu;
+            let s2 = stream(&rt, q, events, per_batch, None);
+            let si2 = stream(&rt, q, events, per_batch, interval);
+            let b2 = batch(&rt, q, events);
+            s_cpu += s2.cpu.min(si2.cpu);
             b_cpu += b2.cpu;
             s = fastest(s, s2);
+            si = fastest(si, si2);
             b = fastest(b, b2);
             runs += 1;
         }
         assert_eq!(s.rows, b.rows, "{}: stream and batch disagree", q.name);
+        assert_eq!(
+            si.rows, b.rows,
+            "{}: stream (state interval) and batch disagree",
+            q.name
+        );
         let rate = |m: &Measure| events as f64 / m.cpu.max(1e-3);
         let line = format!(
-            "| {} | {} | {:.0} | {:.0} | {:.2} | {:.2} | {} |\n",
+            "| {} | {} | {:.0} | {:.0} | {:.2} | {:.0} | {:.2} | {:.2} | {} |\n",
             q.name,
             s.rows,
             rate(&s),
             rate(&b),
             rate(&s) / rate(&b),
+            rate(&si),
+            rate(&si) / rate(&b),
             s.wall,
             runs
         );

@@ -27,8 +27,8 @@
 //!   carries those of its upstream source when it has exactly one unbounded source with
 //!   an event time and that column is still in the input's schema.
 //! - DPCS: a `scheduling` intent with mode `streaming` (with `etlantic:trigger`,
-//!   `etlantic:watermarkPolicy`, `etlantic:noDataBatches` and, when the profile asks for
-//!   one, `etlantic:requireGuarantee`) or `onDemand` for a batch plan; interface inputs
+//!   `etlantic:watermarkPolicy`, `etlantic:noDataBatches` and, when the profile sets
+//!   them, `etlantic:requireGuarantee` and `etlantic:stateCheckpointInterval`) or `onDemand` for a batch plan; interface inputs
 //!   carry `etlantic:streaming: {mode}`, the source keys above, `etlantic:sourceGuarantee`
 //!   and `etlantic:staticRefresh`; interface outputs carry `etlantic:streaming`,
 //!   `etlantic:outputMode` (streaming) or `etlantic:writeMode` (batch),
@@ -262,6 +262,9 @@ fn dpcs_scheduling(plan: &PipelinePlan) -> Value {
     });
     if let Some(g) = p.require_guarantee {
         intent["etlantic:requireGuarantee"] = json!(g.as_str());
+    }
+    if let Some(d) = p.state_checkpoint_interval {
+        intent["etlantic:stateCheckpointInterval"] = json!(d.to_string());
     }
     json!([intent])
 }

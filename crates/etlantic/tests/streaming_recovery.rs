@@ -388,3 +388,60 @@ fn a_finished_query_restarted_does_nothing_and_keeps_its_output() {
     assert_eq!(rows.len(), reference.rows.len() + 1);
     assert!(rows.contains(&window("05:00", "06:00", "c1", 1)));
 }
+
+/// Under a state checkpoint interval longer than the run, no micro-batch writes the
+/// aggregation's state: a restart after a kill rebuilds it by running every committed
+/// micro-batch again from its logged offsets (writing nothing), then re-runs the killed
+/// one. The sink and the quarantine end up as in the uninterrupted run.
+#[test]
+fn killed_under_a_state_checkpoint_interval_the_restart_rebuilds_the_state() {
+    let reference = reference();
+    for point in ["in_sink", "after_sink", "after_commit"] {
+        for batch in [2u64, 3, 5] {
+            let label = format!("interval {point}:{batch}");
+            let tmp = tempfile::tempdir().unwrap();
+            let dir = tmp.path();
+            project(dir);
+            let profile = dir.join("profiles/local.yaml");
+            let text = std::fs::read_to_string(&profile).unwrap();
+            std::fs::write(&profile, text + "state_checkpoint_interval: 1 hour\n").unwrap();
+            let o = run(dir, Some(&format!("{point}:{batch}")));
+            assert_eq!(o.status.signal(), Some(6), "{label}\n{}", describe(&o));
+            run_ok(dir);
+            assert_eq!(committed(dir), reference.rows, "{label}: committed output");
+            assert_eq!(
+                quarantined(dir),
+                reference.quarantine,
+                "{label}: quarantine"
+            );
+            // The same offsets log, but for the plan fingerprint (the profile differs).
+            let unfingerprinted = |log: &BTreeMap<u64, Value>| {
+                let mut log = log.clone();
+                for e in log.values_mut() {
+                    e["conf"]["planFingerprint"] = Value::Null;
+                }
+                log
+            };
+            let (offsets, files) = offsets_and_files(dir);
+            assert_eq!(
+                unfingerprinted(&offsets),
+                unfingerprinted(&reference.offsets),
+                "{label}: offsets log"
+            );
+            assert_eq!(files, reference.files, "{label}: file assignment");
+            assert!(
+                state_dir(dir).is_none_or(|d| std::fs::read_dir(d).unwrap().next().is_none()),
+                "{label}: no state was written"
+            );
+            let last: Value = serde_json::from_str(
+                &read(
+                    &dir.join("chk/commits")
+                        .join((MICRO_BATCHES - 1).to_string()),
+                )
+                .unwrap(),
+            )
+            .unwrap();
+            assert_eq!(last["stateVersion"], json!(0), "{label}: {last}");
+        }
+    }
+}

@@ -6,7 +6,7 @@
 //!   offsets/<batch>          write-ahead log: source ranges, watermark, timestamp (before processing)
 //!   commits/<batch>          after the sinks: next watermark, max event times
 //!   state/<op>/<version>.arrow   operator state after batch `version - 1` (Arrow IPC)
-//!   state/<op>/<version>.delta.arrow   or only its changes since `version - 1`
+//!   state/<op>/<version>.delta.arrow   or only its changes since the previous version written
 //!   sources/<n>/             per-source state (e.g. the files a directory stream has seen)
 //!   progress.jsonl           one StreamingQueryProgress per micro-batch
 //!   .lock                    held by the running query
@@ -17,12 +17,18 @@
 //! more) writes its changes every version and a whole snapshot every
 //! [`FULL_SNAPSHOT_EVERY`] versions once the changes since the last one are half the
 //! state (see [`whole_snapshot_due`]), like Spark's HDFS state store (`N.snapshot` and
-//! `N.delta`) and RocksDB's changelog checkpointing. A version is read as the newest
-//! whole snapshot at or before it with the changes after it applied in order (none
-//! before the first snapshot: the state of version 0 is empty). The changes are written before the commit; the whole snapshot
-//! in the background after them (the query skips one while the previous is still being
-//! written), so a version can have both. Files are removed only once a later whole
+//! `N.delta`) and RocksDB's changelog checkpointing. A version is read as its whole
+//! snapshot, or as its changes applied to the version they were written since (named in
+//! the file, [`SINCE_METADATA`]), read the same way back to a whole snapshot or to
+//! version 0, whose state is empty. The changes are written before the commit; the whole
+//! snapshot in the background after them (the query skips one while the previous is still
+//! being written), so a version can have both. Files are removed only once a later whole
 //! snapshot is durable (see [`StateFiles::write`]).
+//!
+//! Under a state checkpoint interval (the profile's `state_checkpoint_interval`) only
+//! some micro-batches write their operators' state: versions in between have no files,
+//! and each commit names the newest version that was durable
+//! ([`CommitEntry::state_version`]).
 //!
 //! Every file is written atomically: a temporary file in the same directory, `fsync`,
 //! `rename`, then `fsync` of the directory, so a crash leaves either the old or the new
@@ -116,6 +122,20 @@ pub struct CommitEntry {
     pub next_batch_watermark_ms: i64,
     /// Per watermarked source: the maximum event time seen so far (epoch ms).
     pub max_event_time_ms: BTreeMap<String, i64>,
+    /// The newest state version durable when the batch committed: the batch's own
+    /// (`batch + 1`) when it wrote its operators' state, an earlier one under a state
+    /// checkpoint interval. A restart restores this version and runs the committed
+    /// batches from it on again to rebuild the rest. Absent in checkpoints written before
+    /// the interval existed, where it is always `batch + 1`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_version: Option<u64>,
+}
+
+impl CommitEntry {
+    /// The state version a restart after `batch` (this entry's batch) restores.
+    pub fn state_version_of(&self, batch: u64) -> u64 {
+        self.state_version.unwrap_or(batch + 1)
+    }
 }
 
 /// A checkpoint directory.
@@ -360,17 +380,32 @@ impl StateFiles {
         Ok(())
     }
 
-    /// Writes an operator's changes since `version - 1` (see [`changes_batch`]).
-    pub fn write_changes(&self, op: &str, version: u64, changes: &RecordBatch) -> Result<()> {
-        self.write_file(&self.delta_path(op, version), changes)?;
+    /// Writes an operator's changes since version `since` (see [`changes_batch`]): the
+    /// previous version whose state was written, `version - 1` unless a state checkpoint
+    /// interval skipped some. `since` is kept in the file's schema metadata
+    /// ([`SINCE_METADATA`]), and [`StateFiles::read_chain`] follows it.
+    pub fn write_changes(
+        &self,
+        op: &str,
+        version: u64,
+        since: u64,
+        changes: &RecordBatch,
+    ) -> Result<()> {
+        let mut metadata = changes.schema().metadata().clone();
+        metadata.insert(SINCE_METADATA.to_string(), since.to_string());
+        let schema = Arc::new(changes.schema().as_ref().clone().with_metadata(metadata));
+        let changes = changes.clone().with_schema(schema).map_err(engine_err)?;
+        self.write_file(&self.delta_path(op, version), &changes)?;
         // A whole snapshot of this version from before a crash belongs to a run of the
         // batch that did not commit; the chain must use these changes instead.
         let _ = fs::remove_file(self.path(op, version));
         Ok(())
     }
 
-    /// Reads the state of `version`: the newest whole snapshot at or before it, with the
-    /// changes of the versions after it applied (`None` when there is neither).
+    /// Reads the state of `version`: a whole snapshot of it, or its changes applied to
+    /// the state of the version they were written since (found the same way, back to a
+    /// whole snapshot or to version 0, whose state is empty). `None` when nothing was
+    /// written for `version`.
     pub fn read_chain(
         &self,
         op: &str,
@@ -383,28 +418,25 @@ impl StateFiles {
             if let Some(full) = self.read(op, v)? {
                 break Some(full);
             }
-            match (identity, Self::read_file(&self.delta_path(op, v))?) {
-                (Some(_), Some(d)) => deltas.push(d),
-                (None, Some(_)) => {
-                    return Err(corrupt(
-                        &self.delta_path(op, v),
-                        "the operator keeps no changelog",
-                    ))
+            let path = self.delta_path(op, v);
+            match (identity, Self::read_file(&path)?) {
+                (Some(_), Some(d)) => {
+                    let since = since_of(&path, &d, v)?;
+                    deltas.push(d);
+                    if since == 0 {
+                        break None;
+                    }
+                    v = since;
                 }
+                (None, Some(_)) => return Err(corrupt(&path, "the operator keeps no changelog")),
                 (_, None) if deltas.is_empty() => return Ok(None),
-                // Before the first whole snapshot, the chain starts from nothing.
-                (_, None) if v == 0 => break None,
                 (_, None) => {
                     return Err(corrupt(
-                        &self.delta_path(op, v),
+                        &path,
                         format!("the state changes of version {v} are missing"),
                     ))
                 }
             }
-            if v == 0 {
-                break None;
-            }
-            v -= 1;
         };
         let Some(identity) = identity else {
             return Ok(base);
@@ -435,11 +467,31 @@ impl StateFiles {
     }
 }
 
+/// The schema metadata key of a changes file that names the version the changes were
+/// written since.
+pub const SINCE_METADATA: &str = "etlantic.state.since";
+
+/// The version the changes file `path` of `version` was written since: its
+/// [`SINCE_METADATA`], or `version - 1` for files written before it existed.
+fn since_of(path: &Path, changes: &RecordBatch, version: u64) -> Result<u64> {
+    match changes.schema().metadata().get(SINCE_METADATA) {
+        None => Ok(version.saturating_sub(1)),
+        Some(s) => match s.parse::<u64>() {
+            Ok(since) if since < version => Ok(since),
+            _ => Err(corrupt(
+                path,
+                format!("`{SINCE_METADATA}` is `{s}`, not a version before {version}"),
+            )),
+        },
+    }
+}
+
 /// A whole snapshot every this many versions; changes in between.
 pub const FULL_SNAPSHOT_EVERY: u64 = 10;
 
-/// Whether an operator with a changelog writes a whole snapshot of `version`: on every
-/// [`FULL_SNAPSHOT_EVERY`]th version, once the changes written since its last whole
+/// Whether an operator with a changelog writes a whole snapshot at its `writes`th state
+/// write (its version, when every micro-batch writes its state): on every
+/// [`FULL_SNAPSHOT_EVERY`]th write, once the changes written since its last whole
 /// snapshot (`changed_rows`, upserted and removed rows) are at least half as many rows as
 /// its state holds now (`state_rows`).
 ///
@@ -450,8 +502,8 @@ pub const FULL_SNAPSHOT_EVERY: u64 = 10;
 /// work proportional to its size each time (quadratic in all). Reading a version back
 /// replays changes of at most about as many rows as the state holds (half of it, plus
 /// the versions up to the next multiple of [`FULL_SNAPSHOT_EVERY`]).
-pub fn whole_snapshot_due(version: u64, changed_rows: u64, state_rows: u64) -> bool {
-    version.is_multiple_of(FULL_SNAPSHOT_EVERY) && 2 * changed_rows >= state_rows
+pub fn whole_snapshot_due(writes: u64, changed_rows: u64, state_rows: u64) -> bool {
+    writes.is_multiple_of(FULL_SNAPSHOT_EVERY) && 2 * changed_rows >= state_rows
 }
 
 /// State files kept per operator (older ones are removed).
@@ -886,10 +938,10 @@ mod tests {
         let id: Option<&[&str]> = Some(&["id"]);
         // Versions 1 and 2: changes from nothing.
         files
-            .write_changes("j", 1, &changes(&[(2, "b"), (1, "a")], &[]))
+            .write_changes("j", 1, 0, &changes(&[(2, "b"), (1, "a")], &[]))
             .unwrap();
         files
-            .write_changes("j", 2, &changes(&[(3, "c"), (1, "A")], &[2]))
+            .write_changes("j", 2, 1, &changes(&[(3, "c"), (1, "A")], &[2]))
             .unwrap();
         let v2 = files.read_chain("j", 2, id).unwrap().unwrap();
         assert_eq!(rows(&v2), vec![(1, "A".into()), (3, "c".into())]);
@@ -902,14 +954,14 @@ mod tests {
             .write("j", 3, &state(&[(1, "A"), (3, "c"), (4, "d")]))
             .unwrap();
         files
-            .write_changes("j", 4, &changes(&[(5, "e")], &[1, 4]))
+            .write_changes("j", 4, 3, &changes(&[(5, "e")], &[1, 4]))
             .unwrap();
         let v4 = files.read_chain("j", 4, id).unwrap().unwrap();
         assert_eq!(rows(&v4), vec![(3, "c".into()), (5, "e".into())]);
         // Nothing written for a version: no state; a gap in the chain: corrupt.
         assert_eq!(files.read_chain("k", 4, id).unwrap(), None);
         files
-            .write_changes("k", 2, &changes(&[(1, "a")], &[]))
+            .write_changes("k", 2, 1, &changes(&[(1, "a")], &[]))
             .unwrap();
         let e = files.read_chain("k", 2, id).unwrap_err();
         assert_eq!(e.code(), "ETL801", "{e}");
@@ -917,7 +969,9 @@ mod tests {
         assert!(files.read_chain("j", 4, None).is_err());
         // Changes alone forget nothing: the chain still starts at the snapshot of 3.
         for v in 5..=(KEPT_VERSIONS + 5) {
-            files.write_changes("j", v, &changes(&[], &[])).unwrap();
+            files
+                .write_changes("j", v, v - 1, &changes(&[], &[]))
+                .unwrap();
         }
         assert!(dir.path().join("state/j/4.delta.arrow").exists());
         let v25 = files
@@ -933,7 +987,9 @@ mod tests {
         assert!(dir.path().join("state/j/4.delta.arrow").exists());
         // The next one (30) forgets what is before 26 and more than KEPT_VERSIONS back.
         for v in 27..30 {
-            files.write_changes("j", v, &changes(&[], &[])).unwrap();
+            files
+                .write_changes("j", v, v - 1, &changes(&[], &[]))
+                .unwrap();
         }
         files.write("j", 30, &whole).unwrap();
         assert!(!dir.path().join("state/j/3.arrow").exists());
@@ -941,6 +997,38 @@ mod tests {
         assert!(dir.path().join("state/j/10.delta.arrow").exists());
         let v29 = files.read_chain("j", 29, id).unwrap().unwrap();
         assert_eq!(rows(&v29), vec![(3, "c".into()), (5, "e".into())]);
+    }
+
+    #[test]
+    fn changes_chain_back_over_versions_that_wrote_no_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = Checkpoint::open(dir.path()).unwrap().state_files();
+        let id: Option<&[&str]> = Some(&["id"]);
+        // State written at versions 3 and 7 only (a state checkpoint interval).
+        files
+            .write_changes("j", 3, 0, &changes(&[(1, "a"), (2, "b")], &[]))
+            .unwrap();
+        files
+            .write_changes("j", 7, 3, &changes(&[(3, "c")], &[1]))
+            .unwrap();
+        // A stale file of an uncommitted run at 5 is not on the chain of 7.
+        files
+            .write_changes("j", 5, 3, &changes(&[(9, "z")], &[]))
+            .unwrap();
+        let v7 = files.read_chain("j", 7, id).unwrap().unwrap();
+        assert_eq!(rows(&v7), vec![(2, "b".into()), (3, "c".into())]);
+        assert_eq!(
+            rows(&files.read_chain("j", 3, id).unwrap().unwrap()).len(),
+            2
+        );
+        // A version nothing was written for has no state of its own.
+        assert_eq!(files.read_chain("j", 6, id).unwrap(), None);
+        // Changes since a version whose file is gone: corrupt, not silently short.
+        files
+            .write_changes("j", 9, 8, &changes(&[(4, "d")], &[]))
+            .unwrap();
+        let e = files.read_chain("j", 9, id).unwrap_err();
+        assert_eq!(e.code(), "ETL801", "{e}");
     }
 
     #[test]

@@ -223,6 +223,19 @@ pub struct StreamingQuery {
     failed_batch: Option<u64>,
     /// Whole snapshots of changelog operators being written in the background.
     background_snapshot: Option<tokio::task::JoinHandle<Result<()>>>,
+    /// The newest state version that is durable (0: none yet, the empty state).
+    state_version: u64,
+    /// State writes so far (the version, when every micro-batch writes its state): every
+    /// [`super::checkpoint::FULL_SNAPSHOT_EVERY`]th may be a whole snapshot.
+    state_writes: u64,
+    /// The processing time (epoch ms) of the last state write, or of the start: the
+    /// profile's `state_checkpoint_interval` counts from it.
+    state_written_ms: i64,
+    /// Committed batches to run again after a restart to rebuild the state from
+    /// `state_version` (first, last).
+    rebuild: Option<(u64, u64)>,
+    /// Set while those batches run: they only rebuild state, writing nothing.
+    rebuilding: bool,
 }
 
 /// The columns of a source the streaming region reads, when it provably reads fewer
@@ -692,9 +705,15 @@ impl StreamingQuery {
             batches_run: 0,
             failed_batch: None,
             background_snapshot: None,
+            state_version: 0,
+            state_writes: 0,
+            state_written_ms: (opts.clock)(),
+            rebuild: None,
+            rebuilding: false,
             opts,
         };
         q.recover()?;
+        q.rebuild_state().await?;
         Ok(q)
     }
 
@@ -736,6 +755,9 @@ impl StreamingQuery {
         })
     }
 
+    /// Picks up where the checkpoint left off: the watermark and source positions of the
+    /// last committed batch, the newest durable state (its commit names the version), the
+    /// committed batches after that state to run again, and an uncommitted batch to re-run.
     fn recover(&mut self) -> Result<()> {
         let last_offsets = self.checkpoint.latest_offsets()?;
         let last_commit = self.checkpoint.latest_commit()?;
@@ -768,7 +790,27 @@ impl StreamingQuery {
                     .and_then(|r| r.end.clone())
                     .map(Offset);
             }
-            let version = b + 1;
+            // Under a state checkpoint interval the newest durable state may be older
+            // than the commit: the committed batches after it run again to rebuild it.
+            let version = commit.state_version_of(b);
+            if version > b + 1 {
+                return Err(Diagnostic::new(
+                    &codes::CHECKPOINT_CORRUPT,
+                    format!("commits/{b} names state version {version}, after its own batch"),
+                )
+                .into());
+            }
+            if version <= b {
+                self.rebuild = Some((version, b));
+            }
+            self.state_version = version;
+            self.state_writes = version;
+            // The interval counts from the micro-batch that wrote that state.
+            if let Some(wrote) = version.checked_sub(1) {
+                if let Some(e) = self.checkpoint.offsets(wrote)? {
+                    self.state_written_ms = e.batch_timestamp_ms;
+                }
+            }
             let cp = &self.checkpoint;
             let mut restored = Vec::new();
             for t in self.transforms.iter_mut() {
@@ -796,6 +838,39 @@ impl StreamingQuery {
             self.next_batch = n;
             self.replay = self.checkpoint.offsets(n)?;
         }
+        Ok(())
+    }
+
+    /// Runs the committed batches that a restart must run again to rebuild the state
+    /// (see [`StreamingQuery::recover`]): with the logged offsets and watermarks, through
+    /// the operators only — their outputs reach no sink, quarantine or progress record,
+    /// which the first run wrote — and writing no checkpoint file.
+    async fn rebuild_state(&mut self) -> Result<()> {
+        let Some((first, last)) = self.rebuild.take() else {
+            return Ok(());
+        };
+        let (next_batch, watermark) = (self.next_batch, self.watermark.clone());
+        self.rebuilding = true;
+        for batch in first..=last {
+            let entry = self.checkpoint.offsets(batch)?.ok_or_else(|| {
+                Error::from(Diagnostic::new(
+                    &codes::CHECKPOINT_CORRUPT,
+                    format!("offsets/{batch} is missing; the state cannot be rebuilt from version {first}"),
+                ))
+            })?;
+            self.next_batch = batch;
+            if let Err(e) = self.execute_inner(entry, true).await {
+                self.rebuilding = false;
+                return Err(e.map_diagnostics(|d| {
+                    d.help(format!(
+                        "Rebuilding the state after a restart runs the committed micro-batches {first}..={last} again; their sources must still give the logged offsets."
+                    ))
+                }));
+            }
+        }
+        self.rebuilding = false;
+        self.next_batch = next_batch;
+        self.watermark = watermark;
         Ok(())
     }
 
@@ -1101,7 +1176,7 @@ impl StreamingQuery {
         stats.rejected = rejected.len() as u64;
         // A replayed batch may have quarantined records before the crash: those are not
         // written twice.
-        let mut already_quarantined = if replaying {
+        let mut already_quarantined = if replaying && !self.rebuilding {
             self.quarantined_by_batch(batch_id)?
         } else {
             HashMap::new()
@@ -1286,7 +1361,25 @@ impl StreamingQuery {
         // checkpointing): the changes alone make the version recoverable, so the commit
         // never waits for it. One is in flight at a time; while one is, the next is
         // skipped and the chain just grows longer.
+        if self.rebuilding {
+            return Ok(());
+        }
         let version = batch_id + 1;
+        // Under a state checkpoint interval, only a micro-batch that comes once the
+        // interval has passed writes the state (a restart rebuilds the rest); the changes
+        // of a changelog operator then span every micro-batch since the last write.
+        let stateless = !self
+            .transforms
+            .iter()
+            .any(|t| t.units.iter().any(|u| matches!(u, Unit::Stateful(_))));
+        let write_state = stateless
+            || self.plan.profile.state_checkpoint_interval.is_none_or(|d| {
+                entry
+                    .batch_timestamp_ms
+                    .saturating_sub(self.state_written_ms)
+                    >= d.as_millis()
+            });
+        let since = self.state_version;
         let previous_done = self
             .background_snapshot
             .as_ref()
@@ -1296,14 +1389,17 @@ impl StreamingQuery {
         }
         let mut snapshots = Vec::new();
         let mut background = Vec::new();
-        for t in self.transforms.iter_mut() {
+        if write_state {
+            self.state_writes += 1;
+        }
+        for t in self.transforms.iter_mut().filter(|_| write_state) {
             for u in t.units.iter_mut() {
                 if let Unit::Stateful(s) = u {
                     let state = match s.op.changes()? {
                         Some(changes) => {
                             s.changes_since_whole += changes.num_rows() as u64;
                             let due = super::checkpoint::whole_snapshot_due(
-                                version,
+                                self.state_writes,
                                 s.changes_since_whole,
                                 s.op.metrics().rows_total,
                             );
@@ -1330,7 +1426,7 @@ impl StreamingQuery {
                 for (id, state) in &snapshots {
                     match state {
                         StateWrite::Whole(s) => files.write(id, version, s)?,
-                        StateWrite::Changes(c) => files.write_changes(id, version, c)?,
+                        StateWrite::Changes(c) => files.write_changes(id, version, since, c)?,
                     }
                 }
                 Ok(())
@@ -1418,6 +1514,10 @@ impl StreamingQuery {
                 )
             })??;
         }
+        if write_state {
+            self.state_version = version;
+            self.state_written_ms = entry.batch_timestamp_ms;
+        }
         if !background.is_empty() {
             let files = self.checkpoint.state_files();
             self.background_snapshot = Some(tokio::task::spawn_blocking(move || {
@@ -1435,6 +1535,7 @@ impl StreamingQuery {
             &CommitEntry {
                 next_batch_watermark_ms: self.watermark.current_ms(),
                 max_event_time_ms: self.watermark.max_event_times().clone(),
+                state_version: (self.state_version != version).then_some(self.state_version),
             },
         )?;
         progress.duration("commitOffsets", t_commit.elapsed());
@@ -1442,7 +1543,11 @@ impl StreamingQuery {
         for s in self.sources.iter_mut() {
             if let Some(end) = entry.sources.get(&s.id).and_then(|r| r.end.clone()) {
                 let end = Offset(end);
-                s.source.commit(&end).await?;
+                // A source may release only what no restart reads again: up to the
+                // batch whose state is durable.
+                if write_state {
+                    s.source.commit(&end).await?;
+                }
                 s.position = Some(end);
             }
         }
@@ -1538,6 +1643,9 @@ impl StreamingQuery {
         already: &mut HashMap<String, usize>,
         follow_on_error: bool,
     ) -> Result<()> {
+        if self.rebuilding {
+            return Ok(());
+        }
         // `on_error: fail` is about records that break their contract; late events go to
         // the quarantine because their own policy says so.
         let contract_breaks = records.iter().any(|r| r.code != codes::LATE_EVENT.code);
