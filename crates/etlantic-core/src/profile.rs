@@ -91,7 +91,8 @@ pub struct Profile {
     /// for every micro-batch, and a restart rebuilds the state by running the committed
     /// micro-batches since the last write again (reading their logged offsets, writing
     /// nothing), so each source must be able to give those offsets again. Trades recovery
-    /// time for less work per micro-batch. Ignored in batch runs.
+    /// time for less work per micro-batch. Ignored in batch runs, and on Spark (whose
+    /// state store checkpoints every micro-batch): results never depend on it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state_checkpoint_interval: Option<Duration>,
     /// Quality-rule policies: rule id (`orders.amount.range`, see
