@@ -469,6 +469,33 @@ pub struct NexmarkSource {
     options: NexmarkOptions,
     /// Per schema field: the stream column it takes.
     fields: Vec<(&'static str, Kind)>,
+    /// Which positions are this stream's repeats with a period (see [`OwnPositions`]).
+    own: OwnPositions,
+}
+
+/// The positions of the event sequence that belong to one stream. Position `n + P`
+/// holds event id `event_id(n) + P` when `P` is a multiple of the out-of-order group, and
+/// that id is of the same stream when `P` is a multiple of the proportion denominator:
+/// the pattern repeats every `P = lcm(out_of_order, 50)` positions. Reading a range
+/// walks one period's list instead of computing every position's event id and stream
+/// (two divisions each; a fifth of the CPU of a query reading two streams).
+#[derive(Debug)]
+struct OwnPositions {
+    /// `P`, or 0 when it is too long to tabulate (a huge `out_of_order`).
+    period: u64,
+    /// The positions in `0..P` of this stream, ascending.
+    offsets: Vec<u32>,
+}
+
+/// Periods up to this many positions are tabulated.
+const MAX_PERIOD: u64 = 1 << 20;
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
 }
 
 impl NexmarkSource {
@@ -517,11 +544,49 @@ impl NexmarkSource {
             }
             fields.push(*col.expect("checked"));
         }
-        Ok(NexmarkSource {
+        let g = options.out_of_order;
+        let period =
+            (g / gcd(g, beam::PROPORTION_DENOMINATOR)).saturating_mul(beam::PROPORTION_DENOMINATOR);
+        let mut source = NexmarkSource {
             schema: ctx.schema,
             options,
             fields,
-        })
+            own: OwnPositions {
+                period: 0,
+                offsets: Vec::new(),
+            },
+        };
+        if period <= MAX_PERIOD {
+            source.own = OwnPositions {
+                period,
+                offsets: (0..period)
+                    .filter(|n| source.is_ours(*n))
+                    .map(|n| n as u32)
+                    .collect(),
+            };
+        }
+        Ok(source)
+    }
+
+    /// The positions in `from..to` that belong to this stream, ascending.
+    fn positions(&self, from: u64, to: u64) -> Vec<u64> {
+        let OwnPositions { period, offsets } = &self.own;
+        if *period == 0 {
+            return (from..to).filter(|n| self.is_ours(*n)).collect();
+        }
+        let per_period = offsets.len() as u64;
+        let mut out = Vec::with_capacity(((to - from) * per_period / period + per_period) as usize);
+        let mut base = from - from % period;
+        while base < to {
+            out.extend(
+                offsets
+                    .iter()
+                    .map(|o| base + u64::from(*o))
+                    .filter(|n| (from..to).contains(n)),
+            );
+            base += period;
+        }
+        out
     }
 
     /// The event id generated at position `n` of the sequence: Beam's
@@ -774,9 +839,7 @@ impl Source for NexmarkSource {
         let mut chunk_start = from;
         while chunk_start < to {
             let chunk_end = (chunk_start + CHUNK_EVENTS).min(to);
-            let events: Vec<u64> = (chunk_start..chunk_end)
-                .filter(|n| self.is_ours(*n))
-                .collect();
+            let events = self.positions(chunk_start, chunk_end);
             if !events.is_empty() {
                 out.batches.push(self.batch(&events)?);
             }
@@ -830,6 +893,32 @@ mod tests {
             .unwrap()
             .unwrap();
         s.read(None, &end).await.unwrap().batches
+    }
+
+    #[test]
+    fn tabulated_positions_are_those_whose_event_is_of_the_stream() {
+        for stream in ["persons", "auctions", "bids"] {
+            for g in [1u64, 7, 50, 64, 1_000] {
+                let s = source(
+                    &format!("nexmark://{stream}?events_per_batch=100&start_ms=0&out_of_order={g}"),
+                    &[("date_time", ts())],
+                )
+                .unwrap();
+                assert!(
+                    s.own.period > 0
+                        && s.own.period.is_multiple_of(g)
+                        && s.own.period.is_multiple_of(50)
+                );
+                for (from, to) in [(0, 1), (0, 5_000), (17, 4_013), (123_456, 130_001), (9, 9)] {
+                    let scanned: Vec<u64> = (from..to).filter(|n| s.is_ours(*n)).collect();
+                    assert_eq!(
+                        s.positions(from, to),
+                        scanned,
+                        "{stream} g={g} {from}..{to}"
+                    );
+                }
+            }
+        }
     }
 
     #[tokio::test]
