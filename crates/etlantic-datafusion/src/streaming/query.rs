@@ -1349,6 +1349,11 @@ impl StreamingQuery {
             }
         }
 
+        // A batch run again to rebuild state ends here: its sinks, state and commit were
+        // written by its first run.
+        if self.rebuilding {
+            return Ok(());
+        }
         // The state snapshots are written while the sinks write: both must be durable
         // before `commits/N` and neither depends on the other, so their fsyncs overlap.
         // A crash before the commit leaves a snapshot of an uncommitted batch, which the
@@ -1361,9 +1366,6 @@ impl StreamingQuery {
         // checkpointing): the changes alone make the version recoverable, so the commit
         // never waits for it. One is in flight at a time; while one is, the next is
         // skipped and the chain just grows longer.
-        if self.rebuilding {
-            return Ok(());
-        }
         let version = batch_id + 1;
         // Under a state checkpoint interval, only a micro-batch that comes once the
         // interval has passed writes the state (a restart rebuilds the rest); the changes
