@@ -777,8 +777,12 @@ impl StreamJoinOperator {
     fn repeated_keys(&mut self, side: usize, rows: &Rows, null_key: &[bool]) -> Vec<bool> {
         let state = &mut self.sides[side];
         state.prepare_probes(rows.num_rows());
-        let mut seen: std::collections::HashSet<&[u8]> =
-            std::collections::HashSet::with_capacity(rows.num_rows());
+        // Every row of the unique side passes here: foldhash, not SipHash (as the state).
+        let mut seen: std::collections::HashSet<&[u8], foldhash::fast::RandomState> =
+            std::collections::HashSet::with_capacity_and_hasher(
+                rows.num_rows(),
+                foldhash::fast::RandomState::default(),
+            );
         (0..rows.num_rows())
             .map(|i| {
                 let key = rows.row(i).data();
