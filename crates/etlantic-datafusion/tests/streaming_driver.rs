@@ -534,3 +534,62 @@ async fn restarts_rebuild_state_a_checkpoint_interval_has_not_written_yet() {
         .count();
     assert_eq!(state_files, 0, "the interval never passed");
 }
+
+/// A stream that cannot be read again (a socket, say): planning only asks its
+/// capabilities.
+struct OnceOnlyProvider;
+
+impl etlantic_core::plugin::SourceProvider for OnceOnlyProvider {
+    fn scheme(&self) -> &'static str {
+        "once-only-test"
+    }
+    fn description(&self) -> &'static str {
+        "a stream whose records cannot be read again (test)"
+    }
+    fn capabilities(
+        &self,
+        _uri: &etlantic_core::uri::BindingUri,
+    ) -> etlantic_core::diagnostics::Result<etlantic_core::plugin::SourceCapabilities> {
+        Ok(etlantic_core::plugin::SourceCapabilities {
+            bounded: false,
+            unbounded: true,
+            guarantee: etlantic_core::guarantee::SourceGuarantee::NotReplayable,
+        })
+    }
+    fn create(
+        &self,
+        _ctx: etlantic_core::plugin::SourceContext,
+    ) -> etlantic_core::diagnostics::Result<Box<dyn etlantic_core::plugin::Source>> {
+        Err(etlantic_core::diagnostics::Error::new(
+            &etlantic_core::diagnostics::codes::ENGINE_ERROR,
+            "not created in this test",
+        ))
+    }
+}
+
+inventory::submit! { etlantic_core::plugin::SourceRegistration(&OnceOnlyProvider) }
+
+/// A state checkpoint interval rebuilds state from committed micro-batches read again,
+/// so planning refuses it over a source that cannot be read again (ETL433), and accepts
+/// the same pipeline without the interval.
+#[tokio::test]
+async fn a_state_checkpoint_interval_needs_replayable_sources() {
+    let fixture = |name: &str| {
+        let mut src = Src::new("events").watermark("ts", "5 seconds");
+        src.binding = Some("once-only-test://socket".into());
+        Fixture::new(name)
+            .source(src)
+            .transform_yaml("agg", &["events"], &[TUMBLING])
+            .sink("out", "agg", WIN_COLS, OutputMode::Append)
+    };
+    assert!(fixture("once_only").plan_outcome().into_result().is_ok());
+    let refused = fixture("once_only_interval")
+        .with_profile(|p| {
+            p.state_checkpoint_interval = Some("10 seconds".parse().expect("duration"))
+        })
+        .plan_outcome()
+        .into_result()
+        .expect_err("refused");
+    assert!(refused.to_string().contains("ETL433"), "{refused}");
+    assert!(refused.to_string().contains("`events`"), "{refused}");
+}

@@ -1466,6 +1466,32 @@ impl<'a> Planner<'a> {
     fn guarantees(&mut self) -> Vec<PairGuarantee> {
         let pl = self.p.pipeline.clone();
         let mut out = Vec::new();
+        // A state checkpoint interval rebuilds state by reading committed micro-batches
+        // again: every stream must be replayable.
+        if self.p.profile.mode == ExecutionMode::Streaming
+            && self.p.profile.state_checkpoint_interval.is_some()
+        {
+            for s in pl.sources.iter().filter(|s| s.static_refresh.is_none()) {
+                let Some(uri) = self.bindings.get(&s.asset) else {
+                    continue;
+                };
+                let replayable = plugin::source_provider(&uri.scheme)
+                    .and_then(|p| p.capabilities(uri).ok())
+                    .is_some_and(|c| c.guarantee == SourceGuarantee::Replayable);
+                if !replayable {
+                    self.push(
+                        Diagnostic::new(
+                            &codes::STATE_INTERVAL_NEEDS_REPLAY,
+                            format!(
+                                "source `{}` ({}) cannot be read again, and `state_checkpoint_interval` needs to read committed micro-batches again after a restart",
+                                s.id, uri.scheme
+                            ),
+                        )
+                        .at(format!("sources[{}]", s.id)),
+                    );
+                }
+            }
+        }
         for sink in &pl.sinks {
             let Some(uri) = self.bindings.get(&sink.asset) else {
                 continue;
