@@ -209,12 +209,12 @@ catalogue! {
     UNBOUNDED_JOIN_STATE = ("ETL431", "unbounded-join-state", Streaming, Warning,
         "A stream-stream join keeps rows of one side that nothing evicts (that side or the other has no watermark, or the join has no time range): its state grows with the input.",
         "Declare watermarks on both sources and a `time_range` on the join, or bound the state with `state_ttl` in the profile; progress reports its size.");
-    STATE_INTERVAL_NEEDS_REPLAY = ("ETL433", "state-interval-needs-replay", Streaming, Error,
-        "The profile sets `state_checkpoint_interval`, so a restart rebuilds the state by reading committed micro-batches again, which a source that is not replayable cannot give: the rebuilt state would miss their rows.",
-        "Remove `state_checkpoint_interval` (the state is then written after every micro-batch), or bind the source to a replayable one.");
     STATIC_SOURCE_MISUSE = ("ETL432", "static-source-misuse", Streaming, Error,
         "A static source (`static_refresh`) is used like a stream: it declares event time, a watermark, a late-event policy or a read limit, or a sink reads only static sources.",
         "A static source is a bounded table joined to a stream: drop the streaming settings, and join it with a streaming source before the sink.");
+    STATE_INTERVAL_NEEDS_REPLAY = ("ETL433", "state-interval-needs-replay", Streaming, Error,
+        "The profile sets `state_checkpoint_interval`, so a restart rebuilds the state by reading committed micro-batches again, which a source that is not replayable cannot give: the rebuilt state would miss their rows.",
+        "Remove `state_checkpoint_interval` (the state is then written after every micro-batch), or bind the source to a replayable one.");
 
     // ---- capability ----
     BACKEND_UNSUPPORTED_ACTION = ("ETL501", "backend-unsupported-action", Capability, Error,
