@@ -1475,10 +1475,7 @@ impl<'a> Planner<'a> {
                 let Some(uri) = self.bindings.get(&s.asset) else {
                     continue;
                 };
-                let replayable = plugin::source_provider(&uri.scheme)
-                    .and_then(|p| p.capabilities(uri).ok())
-                    .is_some_and(|c| c.guarantee == SourceGuarantee::Replayable);
-                if !replayable {
+                if source_guarantee(uri) != SourceGuarantee::Replayable {
                     self.push(
                         Diagnostic::new(
                             &codes::STATE_INTERVAL_NEEDS_REPLAY,
@@ -1586,10 +1583,7 @@ impl<'a> Planner<'a> {
             .iter()
             .map(|s| {
                 let uri = &self.bindings[&s.asset];
-                let guarantee = plugin::source_provider(&uri.scheme)
-                    .and_then(|p| p.capabilities(uri).ok())
-                    .map(|c| c.guarantee)
-                    .unwrap_or(SourceGuarantee::NotReplayable);
+                let guarantee = source_guarantee(uri);
                 PlanSource {
                     id: s.id.clone(),
                     asset: s.asset.clone(),
@@ -1800,4 +1794,12 @@ impl<'a> Planner<'a> {
         }
         .seal()
     }
+}
+
+/// What the source bound to `uri` declares about reading an offset range again; a
+/// source whose provider or capabilities are unknown is taken as not replayable.
+fn source_guarantee(uri: &BindingUri) -> SourceGuarantee {
+    plugin::source_provider(&uri.scheme)
+        .and_then(|p| p.capabilities(uri).ok())
+        .map_or(SourceGuarantee::NotReplayable, |c| c.guarantee)
 }
