@@ -1204,15 +1204,10 @@ async fn a_state_checkpoint_interval_writes_state_now_and_then_and_restarts_rebu
     versions.sort_unstable();
     versions.dedup();
     assert_eq!(versions.len(), 3, "{versions:?}");
-    let commits = fx.checkpoint().join("commits");
-    let last = std::fs::read_dir(&commits)
-        .expect("commits")
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u64>().ok())
-        .max()
-        .expect("a commit");
-    let entry: Value =
-        serde_json::from_slice(&std::fs::read(commits.join(last.to_string())).expect("commit"))
-            .expect("JSON");
+    let log = etlantic_datafusion::streaming::batch_log::read_all(&fx.checkpoint().join("log"))
+        .expect("the log");
+    let (_, last) = log.commits.last_key_value().expect("a commit");
+    let entry = serde_json::to_value(last).expect("JSON");
     assert_eq!(
         entry["stateVersion"].as_u64(),
         versions.last().copied(),

@@ -9,6 +9,7 @@
 //! Also: a batch run reading a Delta table (bounded source) into a Delta table.
 
 mod common;
+use common::batch_log;
 use common::crash::*;
 
 use serde_json::Value;
@@ -201,14 +202,10 @@ fn files_added(dir: &Path) -> usize {
 }
 
 fn commits(dir: &Path) -> Vec<u64> {
-    let mut v: Vec<u64> = std::fs::read_dir(dir.join("chk/commits"))
-        .map(|d| {
-            d.filter_map(|e| e.unwrap().file_name().to_string_lossy().parse().ok())
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
+    if !dir.join("chk/log").exists() {
+        return Vec::new();
+    }
+    batch_log(&dir.join("chk")).commits.into_keys().collect()
 }
 
 /// Kills a fresh project at `point:batch`, checks it died where asked, restarts it and

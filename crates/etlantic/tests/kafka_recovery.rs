@@ -6,6 +6,7 @@
 
 mod common;
 use common::crash::*;
+use common::logged_offsets;
 
 use rdkafka::config::ClientConfig;
 use rdkafka::mocking::MockCluster;
@@ -171,8 +172,7 @@ fn quarantined(dir: &Path) -> Vec<String> {
 fn offsets_log(dir: &Path) -> BTreeMap<u64, Value> {
     let mut out = BTreeMap::new();
     for n in 0..20u64 {
-        if let Ok(text) = std::fs::read_to_string(dir.join("chk/offsets").join(n.to_string())) {
-            let mut v: Value = serde_json::from_str(&text).unwrap();
+        if let Some(mut v) = logged_offsets(&dir.join("chk"), n) {
             v.as_object_mut().unwrap().remove("batchTimestampMs");
             // The plan fingerprint covers the binding, whose port differs per cluster.
             v["conf"].as_object_mut().unwrap().remove("planFingerprint");
@@ -252,12 +252,11 @@ fn kafka_to_files_killed_at_every_step_loses_and_duplicates_nothing() {
                 "{label}: must abort\n{}",
                 describe(&o)
             );
-            assert!(dir.join("chk/offsets").join(batch.to_string()).exists());
-            let before =
-                std::fs::read_to_string(dir.join("chk/offsets").join(batch.to_string())).unwrap();
+            let before = logged_offsets(&dir.join("chk"), batch);
+            assert!(before.is_some(), "{label}: the range is logged");
             run_ok(dir);
             assert_eq!(
-                std::fs::read_to_string(dir.join("chk/offsets").join(batch.to_string())).unwrap(),
+                logged_offsets(&dir.join("chk"), batch),
                 before,
                 "{label}: the logged range is replayed as is"
             );

@@ -20,6 +20,8 @@
 //! | 5 | u5 03:00 | 01:50 | u3 00:55–01:25 (1), u1 01:10–01:40 (1), u2 00:50–01:45 (2) |
 //! | 6 | (no data) | 02:50 | u4 02:00–02:30 (1) |
 
+mod common;
+
 use arrow::array::Array;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -293,16 +295,11 @@ fn check_finished(dir: &Path, label: &str) {
         "{label}: {q:?}"
     );
     let chk = dir.join("chk");
+    let log = common::batch_log(&chk);
     for n in 0..MICRO_BATCHES {
-        assert!(
-            chk.join("commits").join(n.to_string()).exists(),
-            "{label}: commits/{n}"
-        );
+        assert!(log.commits.contains_key(&n), "{label}: commit of batch {n}");
     }
-    assert!(
-        !chk.join("offsets").join(MICRO_BATCHES.to_string()).exists(),
-        "{label}"
-    );
+    assert!(!log.offsets.contains_key(&MICRO_BATCHES), "{label}");
     // The last state snapshot holds only u5's open session: one list element, one timer.
     let ops: Vec<_> = std::fs::read_dir(chk.join("state"))
         .unwrap()
@@ -383,12 +380,9 @@ fn killed_at_every_step_the_restarted_processor_query_loses_and_duplicates_nothi
                 describe(&o)
             );
             let chk = dir.join("chk");
-            assert!(
-                chk.join("offsets").join(batch.to_string()).exists(),
-                "{label}"
-            );
+            assert!(common::logged_offsets(&chk, batch).is_some(), "{label}");
             assert_eq!(
-                chk.join("commits").join(batch.to_string()).exists(),
+                common::logged_commit(&chk, batch).is_some(),
                 point == "after_commit",
                 "{label}"
             );

@@ -10,6 +10,7 @@
 
 mod common;
 use common::crash::*;
+use common::{batch_log, logged_commit, logged_offsets};
 
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -123,13 +124,12 @@ fn read(path: &Path) -> Option<String> {
     std::fs::read_to_string(path).ok()
 }
 
-/// `offsets/N` entries without their batch timestamps, and the source's file log.
+/// The logged offsets without their batch timestamps, and the source's file log.
 fn offsets_and_files(dir: &Path) -> (BTreeMap<u64, Value>, BTreeMap<String, Vec<String>>) {
     let chk = dir.join("chk");
     let mut offsets = BTreeMap::new();
     for n in 0..MICRO_BATCHES + 2 {
-        if let Some(text) = read(&chk.join("offsets").join(n.to_string())) {
-            let mut v: Value = serde_json::from_str(&text).unwrap();
+        if let Some(mut v) = logged_offsets(&chk, n) {
             v.as_object_mut().unwrap().remove("batchTimestampMs");
             offsets.insert(n, v);
         }
@@ -181,13 +181,11 @@ fn check_finished(dir: &Path, reference: &Reference, label: &str) {
     assert_eq!(offsets, reference.offsets, "{label}: offsets log differs");
     assert_eq!(files, reference.files, "{label}: file assignment differs");
     let chk = dir.join("chk");
+    let log = batch_log(&chk);
     for n in 0..MICRO_BATCHES {
-        assert!(
-            chk.join("commits").join(n.to_string()).exists(),
-            "{label}: commits/{n}"
-        );
+        assert!(log.commits.contains_key(&n), "{label}: commit of batch {n}");
     }
-    assert!(!chk.join("offsets").join(MICRO_BATCHES.to_string()).exists());
+    assert!(!log.offsets.contains_key(&MICRO_BATCHES));
     // State versions N+1 for the last ten batches (older ones are pruned).
     let state = state_dir(dir).expect("state snapshots");
     for n in MICRO_BATCHES.saturating_sub(10)..MICRO_BATCHES {
@@ -303,13 +301,13 @@ fn killed_at_every_step_the_restarted_query_loses_and_duplicates_nothing() {
             );
             // Where it died.
             let chk = dir.join("chk");
-            let offsets_n = chk.join("offsets").join(batch.to_string());
-            let commit_n = chk.join("commits").join(batch.to_string());
+            let offsets_n = logged_offsets(&chk, batch);
+            let committed_n = logged_commit(&chk, batch).is_some();
             let state_n = state_dir(dir)
                 .map(|d| d.join(format!("{}.arrow", batch + 1)))
                 .unwrap_or_default();
-            assert!(offsets_n.exists(), "{label}: offsets/{batch} written");
-            assert!(!chk.join("offsets").join((batch + 1).to_string()).exists());
+            assert!(offsets_n.is_some(), "{label}: offsets of {batch} logged");
+            assert!(logged_offsets(&chk, batch + 1).is_none());
             // The sink already holds the batch unless the process died before the sinks.
             let sink_logged = dir
                 .join("out/counts/_etlantic_sink")
@@ -322,22 +320,21 @@ fn killed_at_every_step_the_restarted_query_loses_and_duplicates_nothing() {
                 "{label}: sink log"
             );
             match point {
-                "after_offsets" => assert!(!state_n.exists() && !commit_n.exists(), "{label}"),
+                "after_offsets" => assert!(!state_n.exists() && !committed_n, "{label}"),
                 // The state snapshot is written while the sinks write: it may be there.
-                "in_sink" | "after_sink" => assert!(!commit_n.exists(), "{label}"),
-                "after_state" => assert!(state_n.exists() && !commit_n.exists(), "{label}"),
-                _ => assert!(commit_n.exists(), "{label}"),
+                "in_sink" | "after_sink" => assert!(!committed_n, "{label}"),
+                "after_state" => assert!(state_n.exists() && !committed_n, "{label}"),
+                _ => assert!(committed_n, "{label}"),
             }
-            let before = read(&offsets_n).unwrap();
             let (_, files_before) = offsets_and_files(dir);
 
             run_ok(dir);
 
             // The logged batch was re-run with exactly its logged offsets and files.
             assert_eq!(
-                read(&offsets_n).unwrap(),
-                before,
-                "{label}: offsets/{batch} re-used"
+                logged_offsets(&chk, batch),
+                offsets_n,
+                "{label}: offsets of {batch} re-used"
             );
             let (_, files_after) = offsets_and_files(dir);
             for (index, list) in &files_before {
@@ -368,6 +365,49 @@ fn killed_at_every_step_the_restarted_query_loses_and_duplicates_nothing() {
             expected.extend(resumed_at..MICRO_BATCHES);
             assert_eq!(ids, expected, "{label}: progress batch ids");
         }
+    }
+}
+
+/// A machine crash may lose the last commit record: it is appended to the log without a
+/// sync (the next offsets record's sync makes it durable). The restart cuts the torn
+/// record off and runs the batch again; the sink writes nothing twice.
+#[test]
+fn a_commit_torn_by_a_machine_crash_runs_its_batch_again() {
+    let reference = reference();
+    for batch in [2u64, 5] {
+        let label = format!("torn commit of {batch}");
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        project(dir);
+        let o = run(dir, Some(&format!("after_commit:{batch}")));
+        assert_eq!(o.status.signal(), Some(6), "{label}\n{}", describe(&o));
+        let chk = dir.join("chk");
+        assert!(logged_commit(&chk, batch).is_some(), "{label}");
+        // What the machine kept of the log: all but the second half of the commit.
+        let segment = std::fs::read_dir(chk.join("log"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .max_by_key(|p| {
+                p.file_stem()
+                    .unwrap()
+                    .to_string_lossy()
+                    .parse::<u64>()
+                    .unwrap()
+            })
+            .unwrap();
+        let bytes = std::fs::read(&segment).unwrap();
+        let body = &bytes[..bytes.len() - 1];
+        let last_line = body.iter().rposition(|b| *b == b'\n').unwrap() + 1;
+        let cut = last_line + (bytes.len() - last_line) / 2;
+        std::fs::write(&segment, &bytes[..cut]).unwrap();
+        assert!(
+            logged_commit(&chk, batch).is_none(),
+            "{label}: the commit is torn"
+        );
+        assert!(logged_offsets(&chk, batch).is_some(), "{label}");
+
+        run_ok(dir);
+        check_finished(dir, &reference, &label);
     }
 }
 
@@ -433,14 +473,7 @@ fn killed_under_a_state_checkpoint_interval_the_restart_rebuilds_the_state() {
                 state_dir(dir).is_none_or(|d| std::fs::read_dir(d).unwrap().next().is_none()),
                 "{label}: no state was written"
             );
-            let last: Value = serde_json::from_str(
-                &read(
-                    &dir.join("chk/commits")
-                        .join((MICRO_BATCHES - 1).to_string()),
-                )
-                .unwrap(),
-            )
-            .unwrap();
+            let last = logged_commit(&dir.join("chk"), MICRO_BATCHES - 1).unwrap();
             assert_eq!(last["stateVersion"], json!(0), "{label}: {last}");
         }
     }

@@ -1,16 +1,22 @@
-//! The checkpoint directory, in Spark's layout:
+//! The checkpoint directory, in Spark's layout but for the micro-batch log:
 //!
 //! ```text
 //! <checkpoint>/
 //!   metadata                 {"id": query id, "planFingerprint", "compatibility", ...}
-//!   offsets/<batch>          write-ahead log: source ranges, watermark, timestamp (before processing)
-//!   commits/<batch>          after the sinks: next watermark, max event times
+//!   log/<first batch>.log    the micro-batch log (see super::batch_log): per micro-batch
+//!                            its offsets record (the write-ahead log: source ranges,
+//!                            watermark, timestamp, before processing) and its commit
+//!                            record (after the sinks: next watermark, max event times)
 //!   state/<op>/<version>.arrow   operator state after batch `version - 1` (Arrow IPC)
 //!   state/<op>/<version>.delta.arrow   or only its changes since the previous version written
 //!   sources/<n>/             per-source state (e.g. the files a directory stream has seen)
 //!   progress.jsonl           one StreamingQueryProgress per micro-batch
 //!   .lock                    held by the running query
 //! ```
+//!
+//! Spark keeps the offsets and commits as one file per micro-batch in `offsets/` and
+//! `commits/`; a checkpoint written that way (by an earlier ETLantic) is still read, and
+//! continued in the log.
 //!
 //! An operator that keeps a changelog (a stream-stream join: its state grows by the
 //! rows of each micro-batch, and rewriting all of it every micro-batch would cost more and
@@ -30,10 +36,12 @@
 //! and each commit names the newest version that was durable
 //! ([`CommitEntry::state_version`]).
 //!
-//! Every file is written atomically: a temporary file in the same directory, `fsync`,
-//! `rename`, then `fsync` of the directory, so a crash leaves either the old or the new
-//! file, never a torn one.
+//! Every file but the log is written atomically: a temporary file in the same directory,
+//! `fsync`, `rename`, then `fsync` of the directory, so a crash leaves either the old or
+//! the new file, never a torn one. The log is appended to, each record with a checksum
+//! (see [`super::batch_log`] for what a crash can leave and how it is repaired).
 
+use super::batch_log::BatchLog;
 use arrow::array::{
     new_null_array, Array, ArrayRef, AsArray, BooleanArray, RecordBatch, UInt64Array,
 };
@@ -55,7 +63,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 fn io_err(path: &Path, e: impl std::fmt::Display) -> Error {
     Error::from(Diagnostic::new(
@@ -142,6 +150,9 @@ impl CommitEntry {
 #[derive(Debug)]
 pub struct Checkpoint {
     root: PathBuf,
+    log: BatchLog,
+    /// `progress.jsonl`, opened at the first record.
+    progress: Mutex<Option<File>>,
     _lock: Option<File>,
 }
 
@@ -149,7 +160,7 @@ impl Checkpoint {
     /// Opens (creating if needed) a checkpoint directory and takes its lock.
     pub fn open(root: impl Into<PathBuf>) -> Result<Self> {
         let root = root.into();
-        for d in ["offsets", "commits", "state", "sources"] {
+        for d in ["state", "sources"] {
             fs::create_dir_all(root.join(d)).map_err(|e| io_err(&root, e))?;
         }
         let lock_path = root.join(".lock");
@@ -166,8 +177,11 @@ impl Checkpoint {
             )
             .into());
         }
+        let log = BatchLog::open(root.join("log"))?;
         Ok(Checkpoint {
             root,
+            log,
+            progress: Mutex::new(None),
             _lock: Some(lock),
         })
     }
@@ -204,44 +218,64 @@ impl Checkpoint {
         Self::write_json(&self.root.join("metadata"), m)
     }
 
-    fn batch_ids(&self, dir: &str) -> Result<Vec<u64>> {
+    /// The batch ids of a directory of Spark's layout (`offsets/`, `commits/`), if the
+    /// checkpoint has one (see the module docs).
+    fn legacy_ids(&self, dir: &str) -> Result<Vec<u64>> {
         let d = self.root.join(dir);
-        let mut ids: Vec<u64> = fs::read_dir(&d)
-            .map_err(|e| io_err(&d, e))?
+        let entries = match fs::read_dir(&d) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_err(&d, e)),
+        };
+        let mut ids: Vec<u64> = entries
             .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
             .collect();
         ids.sort_unstable();
         Ok(ids)
     }
 
-    /// The latest batch id in the offsets log.
+    /// The latest batch id with an offsets record.
     pub fn latest_offsets(&self) -> Result<Option<u64>> {
-        Ok(self.batch_ids("offsets")?.last().copied())
+        let legacy = self.legacy_ids("offsets")?.last().copied();
+        Ok(self.log.latest_offsets().max(legacy))
     }
 
-    /// The latest batch id in the commit log.
+    /// The latest batch id with a commit record.
     pub fn latest_commit(&self) -> Result<Option<u64>> {
-        Ok(self.batch_ids("commits")?.last().copied())
+        let legacy = self.legacy_ids("commits")?.last().copied();
+        Ok(self.log.latest_commit().max(legacy))
     }
 
-    /// Reads `offsets/<batch>`.
+    /// The offsets record of `batch`.
     pub fn offsets(&self, batch: u64) -> Result<Option<OffsetEntry>> {
-        Self::read_json(&self.root.join("offsets").join(batch.to_string()))
+        match self.log.offsets(batch)? {
+            Some(e) => Ok(Some(e)),
+            None => Self::read_json(&self.root.join("offsets").join(batch.to_string())),
+        }
     }
 
-    /// Writes `offsets/<batch>` (the write-ahead log entry).
+    /// Logs `batch`'s offsets (the write-ahead log entry), durably.
     pub fn write_offsets(&self, batch: u64, e: &OffsetEntry) -> Result<()> {
-        Self::write_json(&self.root.join("offsets").join(batch.to_string()), e)
+        self.log.append_offsets(batch, e)
     }
 
-    /// Reads `commits/<batch>`.
+    /// The commit record of `batch`.
     pub fn commit(&self, batch: u64) -> Result<Option<CommitEntry>> {
-        Self::read_json(&self.root.join("commits").join(batch.to_string()))
+        match self.log.commit(batch)? {
+            Some(e) => Ok(Some(e)),
+            None => Self::read_json(&self.root.join("commits").join(batch.to_string())),
+        }
     }
 
-    /// Writes `commits/<batch>`.
+    /// Logs `batch`'s commit. It is durable once the next offsets are written or
+    /// [`Checkpoint::sync_log`] returns (see [`super::batch_log`]).
     pub fn write_commit(&self, batch: u64, e: &CommitEntry) -> Result<()> {
-        Self::write_json(&self.root.join("commits").join(batch.to_string()), e)
+        self.log.append_commit(batch, e)
+    }
+
+    /// Makes every offsets and commit record written so far durable.
+    pub fn sync_log(&self) -> Result<()> {
+        self.log.sync()
     }
 
     /// The directory of source number `n`.
@@ -283,14 +317,22 @@ impl Checkpoint {
     /// Appends a progress record to `progress.jsonl`.
     pub fn append_progress(&self, progress: &Value) -> Result<()> {
         let path = self.root.join("progress.jsonl");
-        let mut f = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(|e| io_err(&path, e))?;
+        let mut file = self.progress.lock().unwrap_or_else(|p| p.into_inner());
+        if file.is_none() {
+            *file = Some(
+                OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&path)
+                    .map_err(|e| io_err(&path, e))?,
+            );
+        }
         let mut line = serde_json::to_vec(progress).expect("progress serialises");
         line.push(b'\n');
-        f.write_all(&line).map_err(|e| io_err(&path, e))
+        file.as_mut()
+            .expect("opened above")
+            .write_all(&line)
+            .map_err(|e| io_err(&path, e))
     }
 }
 
@@ -1074,9 +1116,60 @@ mod tests {
         cp.write_state("op0", 2, &batch).unwrap();
         assert_eq!(cp.read_state("op0", 2).unwrap().unwrap(), batch);
         assert!(cp.read_state("op0", 3).unwrap().is_none());
+        drop(cp);
+        assert!(Checkpoint::open(dir.path()).is_ok());
+    }
+
+    /// A checkpoint of Spark's layout (one file per batch in `offsets/` and `commits/`,
+    /// as ETLantic wrote them before the log) is read, and continued in the log.
+    #[test]
+    fn a_checkpoint_of_the_file_per_batch_layout_is_continued_in_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let entry = |b: i64| OffsetEntry {
+            batch_watermark_ms: b,
+            late_watermark_ms: 0,
+            batch_timestamp_ms: 7,
+            kind: "data".into(),
+            sources: BTreeMap::new(),
+            conf: BTreeMap::new(),
+        };
+        let commit = CommitEntry {
+            next_batch_watermark_ms: 3,
+            max_event_time_ms: BTreeMap::new(),
+            state_version: None,
+        };
+        for b in 0..3 {
+            write_atomic(
+                &dir.path().join("offsets").join(b.to_string()),
+                &serde_json::to_vec_pretty(&entry(b)).unwrap(),
+            )
+            .unwrap();
+        }
+        for b in 0..2 {
+            write_atomic(
+                &dir.path().join("commits").join(b.to_string()),
+                &serde_json::to_vec_pretty(&commit).unwrap(),
+            )
+            .unwrap();
+        }
+        let cp = Checkpoint::open(dir.path()).unwrap();
+        assert_eq!(cp.latest_offsets().unwrap(), Some(2));
+        assert_eq!(cp.latest_commit().unwrap(), Some(1));
+        assert_eq!(cp.offsets(1).unwrap(), Some(entry(1)));
+        // Batch 2 re-runs and commits, batch 3 follows: both in the log.
+        cp.write_commit(2, &commit).unwrap();
+        cp.write_offsets(3, &entry(3)).unwrap();
+        assert_eq!(cp.latest_commit().unwrap(), Some(2));
+        assert_eq!(cp.latest_offsets().unwrap(), Some(3));
+        assert_eq!(cp.offsets(3).unwrap(), Some(entry(3)));
+        assert_eq!(cp.offsets(0).unwrap(), Some(entry(0)));
+        assert_eq!(cp.commit(2).unwrap(), Some(commit.clone()));
+        // An unreadable file of the old layout is reported, not taken for a missing one.
         std::fs::write(dir.path().join("commits/0"), b"{not json").unwrap();
         assert_eq!(cp.commit(0).unwrap_err().code(), "ETL801");
         drop(cp);
-        assert!(Checkpoint::open(dir.path()).is_ok());
+        let cp = Checkpoint::open(dir.path()).unwrap();
+        assert_eq!(cp.latest_offsets().unwrap(), Some(3));
+        assert_eq!(cp.latest_commit().unwrap(), Some(2));
     }
 }

@@ -1,6 +1,6 @@
 //! The processing-time clock of a streaming query.
 //!
-//! Each micro-batch's timestamp (logged in `offsets/<batch>` before it runs, reused when
+//! Each micro-batch's timestamp (logged with its offsets before it runs, reused when
 //! it is replayed) comes from the query's [`Clock`]; state TTL and processing-time timers
 //! follow it. [`StreamingOptions::clock`](super::StreamingOptions) is the system clock by
 //! default; tests inject a [`ManualClock`] and move time by hand instead of sleeping.

@@ -1,7 +1,8 @@
 //! The micro-batch streaming runtime, with Spark Structured Streaming's semantics.
 //!
 //! - [`query`]: the driver ([`StreamingQuery`]): triggers, the batch protocol, recovery;
-//! - [`checkpoint`]: Spark's checkpoint layout, atomic writes;
+//! - [`checkpoint`]: the checkpoint directory, atomic writes; [`batch_log`]: its log of
+//!   micro-batch offsets and commits;
 //! - [`watermark`]: event-time watermarks (min/max policy, never backwards);
 //! - [`operators`]: window/group aggregation and dedup with state, late-row handling;
 //! - [`join`]: stream-stream joins (both sides in state, evicted by the watermark);
@@ -15,6 +16,7 @@
 //! - [`progress`]: `StreamingQueryProgress`-shaped records.
 
 pub mod accumulators;
+pub mod batch_log;
 pub mod checkpoint;
 pub mod clock;
 pub mod join;

@@ -2,16 +2,18 @@
 //!
 //! Batch protocol, for batch N:
 //! 1. ask every source for its latest offset (bounded by its read limit);
-//! 2. write `offsets/N` — the write-ahead log: source ranges, the watermark in force,
-//!    the watermark of the previous micro-batch, the batch timestamp;
+//! 2. log the offsets of N (synced) — the write-ahead log: source ranges, the watermark
+//!    in force, the watermark of the previous micro-batch, the batch timestamp; sources
+//!    learn what the last state write let them release (`Source::commit`);
 //! 3. read the ranges; quarantine records that break their contract; track event times;
 //! 4. run the transformations: stateless steps on DataFusion, stateful steps on their
 //!    operators; route late rows by the late-event policy;
 //! 5. hand each sink its rows, identified by (query id, N) — sinks are idempotent or
 //!    transactional per batch id, or declare at-least-once;
 //! 6. write the operators' state snapshots (version N+1);
-//! 7. write `commits/N` with the next watermark;
-//! 8. let the sources forget what is committed; append a progress record.
+//! 7. log the commit of N with the next watermark (durable with the next offsets, see
+//!    [`super::batch_log`]);
+//! 8. append a progress record.
 //!
 //! When the watermark moved and a stateful operator depends on it, a no-data batch N+1
 //! runs right away (Spark's `noDataMicroBatches`), so windows close without new input.
@@ -111,14 +113,14 @@ enum StateWrite {
 /// [`etlantic_core::faults`]; sinks check `in_sink` themselves).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FailPoint {
-    /// After `offsets/N` is written.
+    /// After the offsets of batch N are logged.
     AfterOffsets,
     /// After the first sink wrote, before the others (the state snapshot may be written:
     /// it is written while the sinks write).
     AfterSink,
-    /// After the state snapshot, before `commits/N`.
+    /// After the state snapshot, before the commit of batch N is logged.
     AfterState,
-    /// After `commits/N`.
+    /// After the commit of batch N is logged.
     AfterCommit,
 }
 
@@ -236,6 +238,12 @@ pub struct StreamingQuery {
     rebuild: Option<(u64, u64)>,
     /// Set while those batches run: they only rebuild state, writing nothing.
     rebuilding: bool,
+    /// Source ends that a state write made releasable ([`Source::commit`]), told to the
+    /// sources once the commit that names that state is durable: with the next offsets
+    /// record, or at [`StreamingQuery::close`] (see [`super::batch_log`]).
+    ///
+    /// [`Source::commit`]: etlantic_core::plugin::Source::commit
+    pending_release: Vec<(usize, Offset)>,
 }
 
 /// The columns of a source the streaming region reads, when it provably reads fewer
@@ -710,6 +718,7 @@ impl StreamingQuery {
             state_written_ms: (opts.clock)(),
             rebuild: None,
             rebuilding: false,
+            pending_release: Vec::new(),
             opts,
         };
         q.recover()?;
@@ -769,7 +778,7 @@ impl StreamingQuery {
             let commit = self.checkpoint.commit(b)?.ok_or_else(|| {
                 Error::from(Diagnostic::new(
                     &codes::CHECKPOINT_CORRUPT,
-                    format!("commits/{b} is missing while offsets/{n} exists"),
+                    format!("the commit of batch {b} is missing while batch {n} is logged"),
                 ))
             })?;
             self.watermark.restore(
@@ -779,7 +788,7 @@ impl StreamingQuery {
             let prev = self.checkpoint.offsets(b)?.ok_or_else(|| {
                 Error::from(Diagnostic::new(
                     &codes::CHECKPOINT_CORRUPT,
-                    format!("offsets/{b} is missing"),
+                    format!("the offsets of batch {b} are missing"),
                 ))
             })?;
             self.prev_watermark_ms = prev.batch_watermark_ms;
@@ -796,7 +805,7 @@ impl StreamingQuery {
             if version > b + 1 {
                 return Err(Diagnostic::new(
                     &codes::CHECKPOINT_CORRUPT,
-                    format!("commits/{b} names state version {version}, after its own batch"),
+                    format!("the commit of batch {b} names state version {version}, after its own batch"),
                 )
                 .into());
             }
@@ -855,7 +864,7 @@ impl StreamingQuery {
             let entry = self.checkpoint.offsets(batch)?.ok_or_else(|| {
                 Error::from(Diagnostic::new(
                     &codes::CHECKPOINT_CORRUPT,
-                    format!("offsets/{batch} is missing; the state cannot be rebuilt from version {first}"),
+                    format!("the offsets of batch {batch} are missing; the state cannot be rebuilt from version {first}"),
                 ))
             })?;
             self.next_batch = batch;
@@ -921,9 +930,11 @@ impl StreamingQuery {
         self.close().await
     }
 
-    /// Closes sinks (and the stateful operators).
+    /// Closes sinks (and the stateful operators); makes the last commit durable.
     pub async fn close(&mut self) -> Result<()> {
         self.finish_background_snapshot().await?;
+        self.checkpoint.sync_log()?;
+        self.release_sources().await?;
         for s in self.sinks.iter_mut() {
             s.sink.close().await?;
         }
@@ -933,6 +944,15 @@ impl StreamingQuery {
                     s.op.close()?;
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Tells the sources what they may release (see `pending_release`); the commit that
+    /// made it releasable must be durable.
+    async fn release_sources(&mut self) -> Result<()> {
+        for (i, end) in std::mem::take(&mut self.pending_release) {
+            self.sources[i].source.commit(&end).await?;
         }
         Ok(())
     }
@@ -1107,6 +1127,8 @@ impl StreamingQuery {
         );
         if !replaying {
             self.checkpoint.write_offsets(batch_id, &entry)?;
+            // Appending them synced the log: the last commit is durable.
+            self.release_sources().await?;
         }
         progress.duration("walCommit", t_start.elapsed());
         self.maybe_fail(super::query::FailPoint::AfterOffsets, batch_id);
@@ -1355,7 +1377,7 @@ impl StreamingQuery {
             return Ok(());
         }
         // The state snapshots are written while the sinks write: both must be durable
-        // before `commits/N` and neither depends on the other, so their fsyncs overlap.
+        // before the commit of N and neither depends on the other, so their fsyncs overlap.
         // A crash before the commit leaves a snapshot of an uncommitted batch, which the
         // restart overwrites when it re-runs the batch.
         // An operator with a changelog writes its changes, and a whole snapshot every
@@ -1542,13 +1564,14 @@ impl StreamingQuery {
         )?;
         progress.duration("commitOffsets", t_commit.elapsed());
         self.maybe_fail(FailPoint::AfterCommit, batch_id);
-        for s in self.sources.iter_mut() {
+        for (i, s) in self.sources.iter_mut().enumerate() {
             if let Some(end) = entry.sources.get(&s.id).and_then(|r| r.end.clone()) {
                 let end = Offset(end);
                 // A source may release only what no restart reads again: up to the
-                // batch whose state is durable.
+                // batch whose state is durable, once its commit is.
                 if write_state {
-                    s.source.commit(&end).await?;
+                    self.pending_release.retain(|(at, _)| *at != i);
+                    self.pending_release.push((i, end.clone()));
                 }
                 s.position = Some(end);
             }

@@ -1,7 +1,7 @@
 //! State TTL: state rows that no update touched for a while are evicted, in processing
 //! time.
 //!
-//! The clock is the micro-batch's batch timestamp, logged in `offsets/<batch>` before the
+//! The clock is the micro-batch's batch timestamp, logged with the offsets before the
 //! batch runs, so a replayed micro-batch expires exactly the same rows. A row updated at
 //! `u` is expired at processing time `now` when `u + ttl <= now`; it is evicted before the
 //! micro-batch's input is applied (a new row for its key starts a new state) and the

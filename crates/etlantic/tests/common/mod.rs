@@ -385,3 +385,26 @@ pub fn fixture_pipeline(fixture: &str, with_params: bool) -> (String, String) {
     ));
     (pipeline, profile)
 }
+
+/// The micro-batch log of the checkpoint directory `chk` (its offsets and commit
+/// records, see `etlantic_datafusion::streaming::batch_log`).
+pub fn batch_log(chk: &Path) -> etlantic_datafusion::streaming::batch_log::LogRecords {
+    etlantic_datafusion::streaming::batch_log::read_all(&chk.join("log"))
+        .expect("the checkpoint log is readable")
+}
+
+/// The offsets record of batch `n` in the checkpoint `chk`, as JSON.
+pub fn logged_offsets(chk: &Path, n: u64) -> Option<Value> {
+    batch_log(chk)
+        .offsets
+        .get(&n)
+        .map(|e| serde_json::to_value(e).expect("serialisable"))
+}
+
+/// The commit record of batch `n` in the checkpoint `chk`, as JSON.
+pub fn logged_commit(chk: &Path, n: u64) -> Option<Value> {
+    batch_log(chk)
+        .commits
+        .get(&n)
+        .map(|e| serde_json::to_value(e).expect("serialisable"))
+}
