@@ -246,10 +246,12 @@ impl Accumulators {
     /// Also folds the partial state of a micro-batch into a group's state (see
     /// [`super::operators`]): `later` then holds the batch's rows, which came after the
     /// state's. An integer sum that overflows is an error, as in [`Accumulators::update`].
-    pub fn merge(&self, earlier: &mut [Acc], later: &[Acc]) -> Result<()> {
+    /// `later` is consumed: values it holds may be moved out (a min/max row, a distinct
+    /// set), leaving it in no defined state.
+    pub fn merge(&self, earlier: &mut [Acc], later: &mut [Acc]) -> Result<()> {
         for ((a, b), spec) in earlier.iter_mut().zip(later).zip(&self.specs) {
             match (a, b) {
-                (Acc::Count(x), Acc::Count(y)) => *x += y,
+                (Acc::Count(x), Acc::Count(y)) => *x += *y,
                 (Acc::SumI(x), Acc::SumI(y)) => {
                     *x = match (*x, *y) {
                         (Some(p), Some(q)) => Some(p.checked_add(q).ok_or_else(|| {
@@ -265,10 +267,10 @@ impl Accumulators {
                 (Acc::SumF(x), Acc::SumF(y)) => *x = add_opt(*x, *y, |p, q| p + q),
                 (Acc::SumD(x), Acc::SumD(y)) => *x = add_opt(*x, *y, |p, q| p + q),
                 (Acc::Avg(s1, n1), Acc::Avg(s2, n2)) => {
-                    *s1 += s2;
-                    *n1 += n2;
+                    *s1 += *s2;
+                    *n1 += *n2;
                 }
-                (Acc::Distinct(x), Acc::Distinct(y)) => x.extend(y.iter().cloned()),
+                (Acc::Distinct(x), Acc::Distinct(y)) => x.append(y),
                 (Acc::Row(x), Acc::Row(y)) => {
                     let take_later = match (spec.func, x.as_ref(), y.as_ref()) {
                         (_, _, None) => false,
@@ -279,7 +281,7 @@ impl Accumulators {
                         _ => false,
                     };
                     if take_later {
-                        *x = y.clone();
+                        *x = y.take();
                     }
                 }
                 _ => {}

@@ -236,6 +236,8 @@ pub struct StreamJoinOperator {
     nulls: [Vec<ArrayRef>; 2],
     predicate: Option<(Arc<dyn PhysicalExpr>, SchemaRef)>,
     sides: [SideState; 2],
+    /// The key hasher of both sides (see [`SideState::new`]).
+    hasher: foldhash::fast::RandomState,
     metrics: StateMetrics,
     ttl: Option<StateTtl>,
     ttl_removed: u64,
@@ -398,6 +400,7 @@ impl StreamJoinOperator {
         };
         let unique = [l.unique, r.unique].map(|u| u && !layout.null_safe);
         let evictions = state_evictions(&layout);
+        let hasher = foldhash::fast::RandomState::default();
         let mut layout = layout;
         // Outer rows have nulls where the inputs may have none.
         layout.output_schema = relaxed(&layout.output_schema);
@@ -410,7 +413,11 @@ impl StreamJoinOperator {
             out_cols,
             nulls,
             predicate,
-            sides: [SideState::default(), SideState::default()],
+            sides: [
+                SideState::new(hasher.clone()),
+                SideState::new(hasher.clone()),
+            ],
+            hasher,
             metrics: StateMetrics::default(),
             ttl: None,
             ttl_removed: 0,
@@ -475,9 +482,14 @@ impl StreamJoinOperator {
             });
         }
         let rows = self.converter.convert_columns(&cols).map_err(engine)?;
-        let null_key: Vec<bool> = (0..batch.num_rows())
-            .map(|i| !self.layout.null_safe && cols.iter().any(|c| c.is_null(i)))
-            .collect();
+        let mut null_key = vec![false; batch.num_rows()];
+        if !self.layout.null_safe {
+            for c in cols.iter().filter(|c| c.null_count() > 0) {
+                for (i, n) in null_key.iter_mut().enumerate() {
+                    *n |= c.is_null(i);
+                }
+            }
+        }
         Ok((rows, null_key))
     }
 
@@ -575,8 +587,12 @@ impl StreamJoinOperator {
             });
         }
         let (rows, null_key) = self.key_rows(side, &kept)?;
+        // Each key is hashed once, for both sides' state (they share the hasher).
+        let hashes: Vec<u64> = (0..rows.num_rows())
+            .map(|i| self.sides[side].hash(rows.row(i).as_ref()))
+            .collect();
         let duplicate = if self.unique[side] {
-            self.repeated_keys(side, &rows, &null_key)
+            self.repeated_keys(side, &rows, &hashes, &null_key)
         } else {
             vec![false; kept.num_rows()]
         };
@@ -624,7 +640,7 @@ impl StreamJoinOperator {
             if null_key[i] || duplicate[i] {
                 continue;
             }
-            for (slot, e) in self.sides[other].matches(rows.row(i).as_ref()) {
+            for (slot, e) in self.sides[other].matches_hashed(hashes[i], rows.row(i).as_ref()) {
                 other_holds_key[i] = true;
                 if self.unique[side] {
                     probed.push(slot);
@@ -732,7 +748,8 @@ impl StreamJoinOperator {
                 && !released
                 && (side == self.first_side() || !evicting_now || waits_outer);
             if add {
-                self.sides[side].insert(
+                self.sides[side].insert_hashed(
+                    hashes[i],
                     rows.row(i).as_ref(),
                     Entry {
                         seq: 0,
@@ -773,20 +790,37 @@ impl StreamJoinOperator {
     }
 
     /// Which rows repeat a key of this (unique) side: one it holds, or one an earlier
-    /// row of the batch has.
-    fn repeated_keys(&mut self, side: usize, rows: &Rows, null_key: &[bool]) -> Vec<bool> {
+    /// row of the batch has. `hashes` are the rows' key hashes ([`SideState::hash`]).
+    fn repeated_keys(
+        &mut self,
+        side: usize,
+        rows: &Rows,
+        hashes: &[u64],
+        null_key: &[bool],
+    ) -> Vec<bool> {
         let state = &mut self.sides[side];
         state.prepare_probes(rows.num_rows());
-        // Every row of the unique side passes here: foldhash, not SipHash (as the state).
-        let mut seen: std::collections::HashSet<&[u8], foldhash::fast::RandomState> =
-            std::collections::HashSet::with_capacity_and_hasher(
-                rows.num_rows(),
-                foldhash::fast::RandomState::default(),
-            );
+        // The batch's keys so far, by row, hashed with the state's hashes.
+        let mut seen: hashbrown::HashTable<u32> =
+            hashbrown::HashTable::with_capacity(rows.num_rows());
         (0..rows.num_rows())
             .map(|i| {
-                let key = rows.row(i).data();
-                !null_key[i] && (!seen.insert(key) || state.matches(key).next().is_some())
+                if null_key[i] {
+                    return false;
+                }
+                let (hash, key) = (hashes[i], rows.row(i));
+                let earlier = match seen.entry(
+                    hash,
+                    |&j| rows.row(j as usize) == key,
+                    |&j| hashes[j as usize],
+                ) {
+                    hashbrown::hash_table::Entry::Occupied(_) => true,
+                    hashbrown::hash_table::Entry::Vacant(v) => {
+                        v.insert(i as u32);
+                        false
+                    }
+                };
+                earlier || state.matches_hashed(hash, key.as_ref()).next().is_some()
             })
             .collect()
     }
@@ -1171,7 +1205,10 @@ impl StatefulOperator for StreamJoinOperator {
             .column_by_name(UPDATED_COLUMN)
             .and_then(|c| c.as_any().downcast_ref::<Int64Array>().cloned())
             .unwrap_or_else(|| Int64Array::from(vec![None; state.num_rows()]));
-        self.sides = [SideState::default(), SideState::default()];
+        self.sides = [
+            SideState::new(self.hasher.clone()),
+            SideState::new(self.hasher.clone()),
+        ];
         for (side, prefix) in [(LEFT, "l."), (RIGHT, "r.")] {
             let mask = BooleanArray::from(
                 (0..state.num_rows())

@@ -10,7 +10,8 @@
 //! - [`processor`]: custom stateful processors (`process` steps: typed state, timers, TTL);
 //! - [`ttl`]: state TTL in processing time (group-bys, dedup, joins without a watermark);
 //! - [`clock`]: the processing-time clock (injectable for tests);
-//! - [`accumulators`]: aggregate state with Spark's result types;
+//! - [`accumulators`]: aggregate state with Spark's result types; `groups`: the groups of
+//!   window and plain aggregations, in buckets by window;
 //! - [`program`] and [`stateless`]: how a plan's steps run per micro-batch ([`slots`]:
 //!   the inputs of plans planned once and run per micro-batch);
 //! - [`progress`]: `StreamingQueryProgress`-shaped records.
@@ -19,6 +20,7 @@ pub mod accumulators;
 pub mod batch_log;
 pub mod checkpoint;
 pub mod clock;
+mod groups;
 pub mod join;
 pub mod operators;
 pub mod processor;

@@ -16,6 +16,7 @@
 //! Every operator snapshots its whole state as one Arrow record batch per version.
 
 use super::accumulators::{Acc, Accumulators, AggSpec};
+use super::groups::{Bucket, GroupRef, GroupStore};
 use super::ttl::{StateTtl, ROWS_REMOVED_BY_TTL, UPDATED_COLUMN};
 use arrow::array::{
     Array, ArrayRef, BooleanArray, Int64Array, RecordBatch, TimestampMicrosecondArray, UInt32Array,
@@ -236,12 +237,6 @@ struct Group {
     updated_ms: Option<i64>,
 }
 
-/// The hash of a (window start, key bytes) group in the state index.
-fn group_hash(hasher: &foldhash::fast::RandomState, start: i64, key: &[u8]) -> u64 {
-    use std::hash::BuildHasher;
-    hasher.hash_one((start, key))
-}
-
 /// Whether a row is late: its window ends at or before the cutoff (windowed), or its
 /// event-time key is at or before it (plain aggregation keyed by the event time).
 fn late_for(cutoff: Option<i64>, windowed: bool, end: i64, event_key: Option<i64>) -> bool {
@@ -288,12 +283,8 @@ pub struct AggregateOperator {
     /// Encodes the key columns (or a constant column for a global aggregation).
     keys: RowConverter,
     schema: SchemaRef,
-    /// Tumbling, sliding and plain aggregation: (window start, key bytes) → group index.
-    groups: Vec<Group>,
-    /// The positions of `groups`, hashed by (window start, key bytes): the keys live in
-    /// the groups only, so adding or evicting a group copies or frees no key.
-    index: hashbrown::HashTable<usize>,
-    hasher: foldhash::fast::RandomState,
+    /// Tumbling, sliding and plain aggregation: the groups in buckets by window.
+    store: GroupStore,
     /// Session windows: key bytes → sessions sorted by start, never overlapping.
     sessions: HashMap<Vec<u8>, Vec<Group>>,
     metrics: StateMetrics,
@@ -331,14 +322,13 @@ impl AggregateOperator {
         }
         fields.extend(layout.keys.iter().cloned());
         fields.extend(layout.aggregates.iter().map(AggSpec::output_field));
+        let store = GroupStore::new(layout.aggregates.len());
         Ok(AggregateOperator {
             schema: Arc::new(Schema::new(fields)),
             layout,
             accs,
             keys,
-            groups: Vec::new(),
-            index: hashbrown::HashTable::new(),
-            hasher: foldhash::fast::RandomState::default(),
+            store,
             sessions: HashMap::default(),
             metrics: StateMetrics::default(),
             ttl: None,
@@ -372,7 +362,7 @@ impl AggregateOperator {
             .collect()
     }
 
-    fn emit(&self, groups: &[&Group]) -> Result<RecordBatch> {
+    fn emit(&self, groups: &[GroupRef<'_>]) -> Result<RecordBatch> {
         let mut cols: Vec<ArrayRef> = Vec::new();
         if let Some((_, t)) = &self.layout.window {
             let tz = match t {
@@ -391,11 +381,11 @@ impl AggregateOperator {
         if !self.layout.keys.is_empty() {
             cols.extend(
                 self.keys
-                    .convert_rows(groups.iter().map(|g| g.key.row()))
+                    .convert_rows(groups.iter().map(|g| g.key))
                     .map_err(engine)?,
             );
         }
-        cols.extend(self.accs.finish(groups.iter().map(|g| g.accs.as_slice()))?);
+        cols.extend(self.accs.finish(groups.iter().map(|g| g.accs))?);
         RecordBatch::try_new(self.schema.clone(), cols).map_err(engine)
     }
 
@@ -426,16 +416,6 @@ impl AggregateOperator {
             end,
             event_key,
         )
-    }
-
-    fn closed(&self, g: &Group, ctx: &OpContext) -> bool {
-        if !ctx.has_watermark {
-            return false;
-        }
-        match self.geometry() {
-            Some(_) => g.end <= ctx.evict_watermark_us,
-            None => g.event_key.is_some_and(|k| k <= ctx.evict_watermark_us),
-        }
     }
 
     /// The input columns of one batch: key columns, aggregate arguments, event times
@@ -789,56 +769,24 @@ impl AggregateOperator {
             Some(Geometry::Tumbling(size) | Geometry::Sliding(size, _)) => size,
             _ => 0,
         };
+        let windowed = self.layout.window.is_some();
+        let merger = &self.accs;
         for g in 0..starts.len() {
-            let batch_accs = &mut accs[g * width..(g + 1) * width];
             let start = starts.value(g);
-            let key = rows.row(g);
-            let hash = group_hash(&self.hasher, start, key.as_ref());
-            let groups = &self.groups;
-            let found = self
-                .index
-                .find(hash, |&i| {
-                    groups[i].start == start && groups[i].key.row().as_ref() == key.as_ref()
-                })
-                .copied();
-            match found {
-                Some(gi) => {
-                    let group = &mut self.groups[gi];
-                    self.accs.merge(&mut group.accs, batch_accs)?;
-                    group.updated_ms = Some(now_ms);
-                    if !group.updated {
-                        group.updated = true;
-                        *updated += 1;
-                    }
-                }
-                None => {
-                    let event_key = event_keys
-                        .as_ref()
-                        .and_then(|e| e.is_valid(g).then(|| e.value(g)));
-                    self.groups.push(Group {
-                        start,
-                        end: if self.layout.window.is_some() {
-                            start + size
-                        } else {
-                            0
-                        },
-                        key: key.owned(),
-                        event_key,
-                        // Moved out; the batch's copy is not read again.
-                        accs: batch_accs
-                            .iter_mut()
-                            .map(|a| std::mem::replace(a, Acc::Count(0)))
-                            .collect(),
-                        updated: true,
-                        updated_ms: Some(now_ms),
-                    });
-                    *updated += 1;
-                    let (groups, hasher) = (&self.groups, &self.hasher);
-                    self.index.insert_unique(hash, groups.len() - 1, |&i| {
-                        group_hash(hasher, groups[i].start, groups[i].key.row().as_ref())
-                    });
-                }
-            }
+            let event_key = event_keys
+                .as_ref()
+                .and_then(|e| e.is_valid(g).then(|| e.value(g)));
+            let newly = self.store.fold(
+                &self.keys,
+                start,
+                if windowed { start + size } else { 0 },
+                rows.row(g),
+                &mut accs[g * width..(g + 1) * width],
+                event_key,
+                now_ms,
+                |state, batch| merger.merge(state, batch),
+            )?;
+            *updated += u64::from(newly);
         }
         Ok(())
     }
@@ -878,10 +826,10 @@ impl AggregateOperator {
         parts.sort_by_key(|g| (g.start, g.end));
         let mut it = parts.into_iter();
         let mut acc = it.next().expect("at least the new session");
-        for g in it {
+        for mut g in it {
             acc.start = acc.start.min(g.start);
             acc.end = acc.end.max(g.end);
-            self.accs.merge(&mut acc.accs, &g.accs)?;
+            self.accs.merge(&mut acc.accs, &mut g.accs)?;
         }
         acc.updated = true;
         acc.updated_ms = Some(now_ms);
@@ -946,31 +894,33 @@ impl StatefulOperator for AggregateOperator {
         }
 
         // Emit and evict.
-        let mut evicted: Vec<Group> = Vec::new();
-        match ctx.output_mode {
+        let evicted = match ctx.output_mode {
             OutputMode::Complete => {
                 let batch = self.emit(&self.all_groups())?;
                 out.rows.push(batch);
+                0
             }
             OutputMode::Update => {
-                let changed: Vec<&Group> = self
-                    .all_groups()
-                    .into_iter()
-                    .filter(|g| g.updated)
-                    .collect();
+                let changed: Vec<GroupRef<'_>> = if session {
+                    self.session_groups()
+                        .filter(|(_, u)| *u)
+                        .map(|(g, _)| g)
+                        .collect()
+                } else {
+                    self.store.updated().collect()
+                };
                 let batch = self.emit(&changed)?;
                 out.rows.push(batch);
-                self.evict(ctx, &mut evicted, session);
+                self.evict(ctx, session).len()
             }
             OutputMode::Append => {
-                self.evict(ctx, &mut evicted, session);
-                let refs: Vec<&Group> = evicted.iter().collect();
+                let evicted = self.evict(ctx, session);
+                let refs: Vec<GroupRef<'_>> = evicted.groups().collect();
                 out.rows.push(self.emit(&refs)?);
+                refs.len()
             }
-        }
-        for g in self.groups.iter_mut() {
-            g.updated = false;
-        }
+        };
+        self.store.clear_updated();
         for list in self.sessions.values_mut() {
             for g in list.iter_mut() {
                 g.updated = false;
@@ -980,7 +930,7 @@ impl StatefulOperator for AggregateOperator {
         self.metrics = StateMetrics {
             rows_total: after,
             rows_updated: updated,
-            rows_removed: evicted.len() as u64 + self.ttl_removed,
+            rows_removed: evicted as u64 + self.ttl_removed,
             memory_bytes: self.memory_bytes(),
         };
         Ok(out)
@@ -1007,7 +957,7 @@ impl StatefulOperator for AggregateOperator {
         let key_fields = key_fields(&self.layout);
         let key_cols = self
             .keys
-            .convert_rows(groups.iter().map(|g| g.key.row()))
+            .convert_rows(groups.iter().map(|g| g.key))
             .map_err(engine)?;
         for (f, c) in key_fields.iter().zip(key_cols) {
             fields.push(Field::new(
@@ -1017,10 +967,7 @@ impl StatefulOperator for AggregateOperator {
             ));
             cols.push(c);
         }
-        for (f, c) in self
-            .accs
-            .state_columns(groups.iter().map(|g| g.accs.as_slice()))?
-        {
+        for (f, c) in self.accs.state_columns(groups.iter().map(|g| g.accs))? {
             fields.push(f);
             cols.push(c);
         }
@@ -1064,34 +1011,38 @@ impl StatefulOperator for AggregateOperator {
             .collect::<Result<_>>()?;
         let rows = self.keys.convert_columns(&key_cols).map_err(engine)?;
         let accs = self.accs.restore(state)?;
-        self.groups.clear();
-        self.index.clear();
+        self.store.clear();
         self.sessions.clear();
         let session = matches!(self.geometry(), Some(Geometry::Session(_)));
         for (i, a) in accs.into_iter().enumerate() {
-            let g = Group {
-                start: starts.value(i),
-                end: ends.value(i),
-                key: rows.row(i).owned(),
-                event_key: ek.is_valid(i).then(|| ek.value(i)),
-                accs: a,
-                updated: false,
-                updated_ms: updated_ms
-                    .as_ref()
-                    .and_then(|u| u.is_valid(i).then(|| u.value(i))),
-            };
+            let event_key = ek.is_valid(i).then(|| ek.value(i));
+            let updated_ms = updated_ms
+                .as_ref()
+                .and_then(|u| u.is_valid(i).then(|| u.value(i)));
             if session {
+                let g = Group {
+                    start: starts.value(i),
+                    end: ends.value(i),
+                    key: rows.row(i).owned(),
+                    event_key,
+                    accs: a,
+                    updated: false,
+                    updated_ms,
+                };
                 self.sessions
                     .entry(rows.row(i).as_ref().to_vec())
                     .or_default()
                     .push(g);
             } else {
-                let hash = group_hash(&self.hasher, g.start, rows.row(i).as_ref());
-                self.groups.push(g);
-                let (groups, hasher) = (&self.groups, &self.hasher);
-                self.index.insert_unique(hash, groups.len() - 1, |&i| {
-                    group_hash(hasher, groups[i].start, groups[i].key.row().as_ref())
-                });
+                let group = GroupRef {
+                    start: starts.value(i),
+                    end: ends.value(i),
+                    key: rows.row(i),
+                    accs: &[],
+                    event_key,
+                    updated_ms,
+                };
+                self.store.restore(&self.keys, group, a);
             }
         }
         for list in self.sessions.values_mut() {
@@ -1122,19 +1073,60 @@ impl StatefulOperator for AggregateOperator {
     }
 }
 
+/// Groups taken out of the state by an eviction: whole windows of the store, or
+/// sessions.
+enum Evicted {
+    Windows(Vec<(i64, Bucket)>, usize),
+    Sessions(Vec<Group>),
+}
+
+impl Evicted {
+    fn groups(&self) -> Box<dyn Iterator<Item = GroupRef<'_>> + '_> {
+        match self {
+            Evicted::Windows(buckets, width) => Box::new(GroupStore::groups_of(buckets, *width)),
+            Evicted::Sessions(list) => Box::new(list.iter().map(Group::as_ref)),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Evicted::Windows(buckets, _) => buckets.iter().map(|(_, b)| b.len()).sum(),
+            Evicted::Sessions(list) => list.len(),
+        }
+    }
+}
+
+impl Group {
+    fn as_ref(&self) -> GroupRef<'_> {
+        GroupRef {
+            start: self.start,
+            end: self.end,
+            key: self.key.row(),
+            accs: &self.accs,
+            event_key: self.event_key,
+            updated_ms: self.updated_ms,
+        }
+    }
+}
+
 impl AggregateOperator {
-    fn all_groups(&self) -> Vec<&Group> {
+    /// The sessions, sorted by key and start, with their update flags.
+    fn session_groups(&self) -> impl Iterator<Item = (GroupRef<'_>, bool)> + '_ {
+        let mut v: Vec<&Group> = self.sessions.values().flatten().collect();
+        v.sort_by(|a, b| (a.key.row(), a.start).cmp(&(b.key.row(), b.start)));
+        v.into_iter().map(|g| (g.as_ref(), g.updated))
+    }
+
+    fn all_groups(&self) -> Vec<GroupRef<'_>> {
         if matches!(self.geometry(), Some(Geometry::Session(_))) {
-            let mut v: Vec<&Group> = self.sessions.values().flatten().collect();
-            v.sort_by(|a, b| (a.key.row(), a.start).cmp(&(b.key.row(), b.start)));
-            v
+            self.session_groups().map(|(g, _)| g).collect()
         } else {
-            self.groups.iter().collect()
+            self.store.groups().collect()
         }
     }
 
     fn state_rows(&self) -> u64 {
-        (self.groups.len() + self.sessions.values().map(Vec::len).sum::<usize>()) as u64
+        (self.store.len() + self.sessions.values().map(Vec::len).sum::<usize>()) as u64
     }
 
     /// Evicts the groups whose TTL ran out at `now_ms`; returns how many.
@@ -1147,31 +1139,28 @@ impl AggregateOperator {
             removed += (before - list.len()) as u64;
         }
         self.sessions.retain(|_, l| !l.is_empty());
-        let expired: Vec<bool> = self
-            .groups
-            .iter()
-            .map(|g| ttl.expired(g.updated_ms, now_ms))
-            .collect();
-        if expired.iter().any(|e| *e) {
-            removed += self.remove_groups(&expired).len() as u64;
-        }
+        let gone = self
+            .store
+            .remove_where(&self.keys, |g| ttl.expired(g.updated_ms, now_ms));
+        removed += gone.iter().map(|(_, b)| b.len() as u64).sum::<u64>();
         removed
     }
 
     fn memory_bytes(&self) -> u64 {
         let per_group =
             |g: &Group| 72 + g.key.row().as_ref().len() as u64 + 24 * g.accs.len() as u64;
-        self.groups.iter().map(per_group).sum::<u64>()
-            + self.sessions.values().flatten().map(per_group).sum::<u64>()
+        self.store.memory_bytes() + self.sessions.values().flatten().map(per_group).sum::<u64>()
     }
 
-    /// Moves closed groups (by the eviction watermark) into `out`.
-    fn evict(&mut self, ctx: &OpContext, out: &mut Vec<Group>, session: bool) {
+    /// Takes the closed groups (by the eviction watermark) out of the state.
+    fn evict(&mut self, ctx: &OpContext, session: bool) -> Evicted {
+        let width = self.store.width();
         if !ctx.has_watermark {
-            return;
+            return Evicted::Windows(Vec::new(), width);
         }
+        let wm = ctx.evict_watermark_us;
         if session {
-            let wm = ctx.evict_watermark_us;
+            let mut out = Vec::new();
             for list in self.sessions.values_mut() {
                 let (closed, open): (Vec<Group>, Vec<Group>) =
                     list.drain(..).partition(|g| g.end <= wm);
@@ -1179,42 +1168,19 @@ impl AggregateOperator {
                 *list = open;
             }
             self.sessions.retain(|_, l| !l.is_empty());
-            return;
+            return Evicted::Sessions(out);
         }
-        let closed: Vec<bool> = self.groups.iter().map(|g| self.closed(g, ctx)).collect();
-        if closed.iter().any(|c| *c) {
-            out.extend(self.remove_groups(&closed));
-        }
-    }
-
-    /// Removes the groups flagged in `remove` (one flag per group), keeping the others in
-    /// order, and returns the removed ones. The index is patched in place rather than
-    /// rebuilt: no key is copied again.
-    fn remove_groups(&mut self, remove: &[bool]) -> Vec<Group> {
-        let mut new_position = Vec::with_capacity(self.groups.len());
-        let mut kept = 0usize;
-        for &r in remove {
-            new_position.push((!r).then_some(kept));
-            kept += usize::from(!r);
-        }
-        self.index.retain(|at| match new_position[*at] {
-            Some(n) => {
-                *at = n;
-                true
-            }
-            None => false,
-        });
-        let mut keep = Vec::with_capacity(kept);
-        let mut removed = Vec::with_capacity(self.groups.len() - kept);
-        for (g, r) in std::mem::take(&mut self.groups).into_iter().zip(remove) {
-            if *r {
-                removed.push(g);
-            } else {
-                keep.push(g);
-            }
-        }
-        self.groups = keep;
-        removed
+        let buckets = if self.layout.window.is_some() {
+            // A window closes once the watermark reaches its end: whole buckets go.
+            self.store.close_windows(wm)
+        } else if self.layout.event_time_key.is_some() {
+            // A plain aggregation keyed by the event time: group by group.
+            self.store
+                .remove_where(&self.keys, |g| g.event_key.is_some_and(|k| k <= wm))
+        } else {
+            Vec::new()
+        };
+        Evicted::Windows(buckets, width)
     }
 }
 

@@ -134,6 +134,21 @@ pub(super) struct SideState {
 }
 
 impl SideState {
+    /// An empty side hashing keys with `hasher`. Both sides of a join share one, so that
+    /// a row's key is hashed once per micro-batch ([`SideState::hash`]) for probing the
+    /// other side and for its own side.
+    pub fn new(hasher: foldhash::fast::RandomState) -> Self {
+        SideState {
+            hasher,
+            ..SideState::default()
+        }
+    }
+
+    /// The hash of `key` that [`Self::matches_hashed`] and [`Self::insert_hashed`] take.
+    pub fn hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
     /// Adds a chunk of rows; returns its id for the entries that point into it.
     pub fn add_chunk(&mut self, batch: RecordBatch) -> u32 {
         let id = self.next_chunk;
@@ -188,12 +203,23 @@ impl SideState {
     }
 
     /// Adds an entry with the next arrival number.
+    #[cfg(test)]
     pub fn insert(&mut self, key: &[u8], e: Entry) {
-        self.insert_at(self.next_seq, key, e);
+        self.insert_hashed(self.hash(key), key, e);
+    }
+
+    /// Adds an entry with the next arrival number; `hash` is [`Self::hash`] of `key`.
+    pub fn insert_hashed(&mut self, hash: u64, key: &[u8], e: Entry) {
+        self.insert_at_hashed(self.next_seq, hash, key, e);
     }
 
     /// Adds an entry with arrival number `seq`, which must exceed every `seq` here.
-    pub fn insert_at(&mut self, seq: u64, key: &[u8], mut e: Entry) {
+    pub fn insert_at(&mut self, seq: u64, key: &[u8], e: Entry) {
+        self.insert_at_hashed(seq, self.hash(key), key, e);
+    }
+
+    fn insert_at_hashed(&mut self, seq: u64, hash: u64, key: &[u8], mut e: Entry) {
+        debug_assert_eq!(hash, self.hash(key));
         debug_assert!(self.slots.last().is_none_or(|s| s.entry.seq < seq));
         e.seq = seq;
         self.next_seq = self.next_seq.max(seq + 1);
@@ -210,7 +236,7 @@ impl SideState {
         }
         self.slots.push(Slot {
             entry: e,
-            hash: self.hasher.hash_one(key),
+            hash,
             key_start,
             key_len: key.len() as u32,
             key: NIL,
@@ -229,8 +255,19 @@ impl SideState {
     }
 
     /// The live entries of `key` in arrival order, with their slot (for [`Self::entry_mut`]).
+    #[cfg(test)]
     pub fn matches<'a>(&'a self, key: &'a [u8]) -> impl Iterator<Item = (u32, &'a Entry)> + 'a {
-        let hash = self.hasher.hash_one(key);
+        self.matches_hashed(self.hash(key), key)
+    }
+
+    /// The live entries of `key`, whose [`Self::hash`] is `hash`, in arrival order, with
+    /// their slot (for [`Self::entry_mut`]).
+    pub fn matches_hashed<'a>(
+        &'a self,
+        hash: u64,
+        key: &'a [u8],
+    ) -> impl Iterator<Item = (u32, &'a Entry)> + 'a {
+        debug_assert_eq!(hash, self.hash(key));
         let mut next = self
             .keys
             .find(hash, |id| self.is_key(*id, hash, key))
