@@ -1102,8 +1102,11 @@ impl StatefulOperator for StreamJoinOperator {
         self.unique_released = removed + l.not_kept + r.not_kept;
         for side in [LEFT, RIGHT] {
             if let Some(th) = self.threshold_us(side, ctx) {
-                let gone = self.sides[side].evict(th);
-                removed += gone.len() as u64;
+                // Only a preserved side's evicted entries are needed (its unmatched
+                // rows are emitted); an inner side's are just dropped.
+                let mut gone = Vec::new();
+                let keep = self.preserved[side].then_some(&mut gone);
+                removed += self.sides[side].evict(th, keep) as u64;
                 if self.preserved[side] {
                     for e in gone.iter().filter(|e| !e.matched) {
                         let r = Some((e.chunk, e.row));

@@ -620,8 +620,12 @@ impl AggregateOperator {
                 }
             };
             let mut group_cols: Vec<ArrayRef> = vec![Arc::new(Int64Array::from(starts))];
-            for k in &c.keys {
-                group_cols.push(pick(k)?);
+            // Without keys, the window start alone groups the rows (DataFusion's table
+            // of one primitive column); the constant key column is added after.
+            if !self.layout.keys.is_empty() {
+                for k in &c.keys {
+                    group_cols.push(pick(k)?);
+                }
             }
             let args = c
                 .args
@@ -664,6 +668,10 @@ impl AggregateOperator {
             if g.data_type() != t {
                 *g = cast(g, t).map_err(engine)?;
             }
+        }
+        if self.layout.keys.is_empty() {
+            let n = groups.first().map_or(0, |g| g.len());
+            groups.push(Arc::new(BooleanArray::from(vec![true; n])));
         }
         Ok(BatchGroups { late, groups, accs })
     }

@@ -101,6 +101,52 @@ fn min_evict(slots: &[Slot]) -> i64 {
         .unwrap_or(i64::MAX)
 }
 
+/// The bookkeeping of entries removed in arrival order (evicted, expired, released): the
+/// live count of their chunks, one update per run of one chunk, and the changelog's
+/// removed `seq`s (entries older than the last checkpoint).
+#[derive(Default)]
+struct Removal {
+    count: usize,
+    run: Option<(u32, usize)>,
+}
+
+impl Removal {
+    fn note(
+        &mut self,
+        e: &Entry,
+        checkpointed_seq: u64,
+        removed: &mut Vec<u64>,
+        live_per_chunk: &mut FastMap<u32, usize>,
+    ) {
+        self.count += 1;
+        if e.seq < checkpointed_seq {
+            removed.push(e.seq);
+        }
+        match &mut self.run {
+            Some((chunk, n)) if *chunk == e.chunk => *n += 1,
+            run => {
+                if let Some((chunk, n)) = run.replace((e.chunk, 1)) {
+                    uncount(live_per_chunk, chunk, n);
+                }
+            }
+        }
+    }
+
+    /// Settles the last run; returns how many entries were removed.
+    fn finish(self, live_per_chunk: &mut FastMap<u32, usize>) -> usize {
+        if let Some((chunk, n)) = self.run {
+            uncount(live_per_chunk, chunk, n);
+        }
+        self.count
+    }
+}
+
+fn uncount(live_per_chunk: &mut FastMap<u32, usize>, chunk: u32, n: usize) {
+    if let Some(live) = live_per_chunk.get_mut(&chunk) {
+        *live -= n;
+    }
+}
+
 /// Below this many probes, a probe scans the hashes of the slots not yet indexed rather
 /// than index them (indexing a slot costs about as much as scanning this many).
 const SCAN_PROBES: usize = 64;
@@ -307,89 +353,97 @@ impl SideState {
         &mut s.entry
     }
 
-    /// Removes the live entries of `slots[range]` that `gone` selects into `out`.
+    /// Removes the live entries of `slots[range]` that `gone` selects, accounting for
+    /// them as they go ([`Removal`]), and copies them into `out` when given.
     fn remove_in(
         &mut self,
         range: std::ops::Range<usize>,
         gone: &mut impl FnMut(&Entry) -> bool,
-        out: &mut Vec<Entry>,
+        removal: &mut Removal,
+        mut out: Option<&mut Vec<Entry>>,
     ) {
+        let checkpointed = self.checkpointed_seq;
         for s in self.slots[range].iter_mut().filter(|s| s.alive) {
             if gone(&s.entry) {
                 s.alive = false;
-                out.push(s.entry);
+                removal.note(
+                    &s.entry,
+                    checkpointed,
+                    &mut self.removed,
+                    &mut self.live_per_chunk,
+                );
+                if let Some(out) = out.as_deref_mut() {
+                    out.push(s.entry);
+                }
             }
         }
     }
 
-    /// Removes the live entries `gone` selects; returns them in arrival order.
-    fn remove_where(&mut self, mut gone: impl FnMut(&Entry) -> bool) -> Vec<Entry> {
-        let mut out = Vec::new();
-        self.remove_in(0..self.slots.len(), &mut gone, &mut out);
-        self.forget(out)
+    /// Removes the live entries `gone` selects; returns how many.
+    fn remove_where(&mut self, mut gone: impl FnMut(&Entry) -> bool) -> usize {
+        let mut removal = Removal::default();
+        self.remove_in(0..self.slots.len(), &mut gone, &mut removal, None);
+        self.forget(removal)
     }
 
-    /// Accounts for removed entries (the changelog, the chunks) and rebuilds the arena
-    /// when tombstones dominate.
-    fn forget(&mut self, out: Vec<Entry>) -> Vec<Entry> {
-        // Removed entries come in arrival order, so in runs of one chunk: one count
-        // update per run.
-        for run in out.chunk_by(|a, b| a.chunk == b.chunk) {
-            if let Some(live) = self.live_per_chunk.get_mut(&run[0].chunk) {
-                *live -= run.len();
-            }
-        }
-        let checkpointed = self.checkpointed_seq;
-        self.removed
-            .extend(out.iter().filter(|e| e.seq < checkpointed).map(|e| e.seq));
-        self.rows -= out.len();
-        self.dead_slots += out.len();
+    /// Ends a removal: the live count, and a rebuild of the arena when tombstones
+    /// dominate. Returns how many entries were removed.
+    fn forget(&mut self, removal: Removal) -> usize {
+        let n = removal.finish(&mut self.live_per_chunk);
+        self.rows -= n;
+        self.dead_slots += n;
         if self.dead_slots > self.rows.max(4096) {
             self.rebuild();
         }
-        out
+        n
     }
 
-    /// Removes the live entries in `slots` (from [`Self::matches`]); returns how many
-    /// there were. Slots from before the removal mean nothing after it (the arena may
-    /// be rebuilt).
+    /// Removes the live entries in `slots` (from [`Self::matches_hashed`]); returns how
+    /// many there were. Slots from before the removal mean nothing after it (the arena
+    /// may be rebuilt).
     pub fn remove_slots(&mut self, slots: &[u32]) -> usize {
         let mut at: Vec<u32> = slots.to_vec();
-        // Arrival order, as `forget` wants it.
+        // Arrival order, as `Removal` wants it.
         at.sort_unstable();
         at.dedup();
-        let mut out = Vec::with_capacity(at.len());
+        let checkpointed = self.checkpointed_seq;
+        let mut removal = Removal::default();
         for a in at {
             let s = &mut self.slots[a as usize];
             if s.alive {
                 s.alive = false;
-                out.push(s.entry);
+                removal.note(
+                    &s.entry,
+                    checkpointed,
+                    &mut self.removed,
+                    &mut self.live_per_chunk,
+                );
             }
         }
-        self.forget(out).len()
+        self.forget(removal)
     }
 
-    /// Removes the entries at or below `threshold_us`; returns them in arrival order.
-    /// Only blocks of slots whose earliest eviction time is due are scanned (arrival
-    /// order roughly follows event time, so most blocks are either all due or none).
-    pub fn evict(&mut self, threshold_us: i64) -> Vec<Entry> {
+    /// Removes the entries at or below `threshold_us`, copying them into `out` (in
+    /// arrival order) when given; returns how many. Only blocks of slots whose earliest
+    /// eviction time is due are scanned (arrival order roughly follows event time, so
+    /// most blocks are either all due or none).
+    pub fn evict(&mut self, threshold_us: i64, mut out: Option<&mut Vec<Entry>>) -> usize {
         let mut gone = |e: &Entry| e.evict_time.get().is_some_and(|t| t <= threshold_us);
-        let mut out = Vec::new();
+        let mut removal = Removal::default();
         for b in 0..self.block_min_evict.len() {
             if self.block_min_evict[b] > threshold_us {
                 continue;
             }
             let range = b * EVICT_BLOCK..((b + 1) * EVICT_BLOCK).min(self.slots.len());
-            self.remove_in(range.clone(), &mut gone, &mut out);
+            self.remove_in(range.clone(), &mut gone, &mut removal, out.as_deref_mut());
             self.block_min_evict[b] = min_evict(&self.slots[range]);
         }
-        self.forget(out)
+        self.forget(removal)
     }
 
     /// Removes the entries a state TTL expires at `now_ms`; returns how many.
     pub fn expire(&mut self, ttl: &StateTtl, now_ms: i64) -> usize {
         self.remove_where(|e| ttl.expired(e.updated_ms.get(), now_ms))
-            .len()
     }
 
     /// Drops the tombstones, in place: the arena keeps its allocation, so a state that
@@ -398,27 +452,37 @@ impl SideState {
     /// The key index is dropped too: the live slots are indexed again when probes need
     /// it (their hashes are kept, so nothing is hashed again).
     fn rebuild(&mut self) {
-        let mut live = 0;
-        let mut key_end = 0;
-        for at in 0..self.slots.len() {
-            let s = self.slots[at];
-            if !s.alive {
+        let (mut live, mut key_end) = (0usize, 0usize);
+        let n = self.slots.len();
+        let mut at = 0;
+        while at < n {
+            if !self.slots[at].alive {
+                at += 1;
                 continue;
             }
+            // A run of live slots whose keys lie back to back (as inserted) moves with one
+            // copy of its slots and one of its keys, not one per key.
+            let first = at;
+            let key_start = self.slots[at].key_start;
+            let mut key_stop = key_start + self.slots[at].key_len as usize;
+            at += 1;
+            while at < n && self.slots[at].alive && self.slots[at].key_start == key_stop {
+                key_stop += self.slots[at].key_len as usize;
+                at += 1;
+            }
             // Live slots and their keys only move towards the front (`key_end` never
-            // passes `s.key_start`), so moving them in arrival order overwrites nothing
+            // passes `key_start`), so moving them in arrival order overwrites nothing
             // still needed.
-            let len = s.key_len as usize;
-            self.slot_keys
-                .copy_within(s.key_start..s.key_start + len, key_end);
-            self.slots[live] = Slot {
-                key_start: key_end,
-                key: NIL,
-                next: NIL,
-                ..s
-            };
-            live += 1;
-            key_end += len;
+            self.slot_keys.copy_within(key_start..key_stop, key_end);
+            self.slots.copy_within(first..at, live);
+            let shift = key_start - key_end;
+            for s in &mut self.slots[live..live + (at - first)] {
+                s.key_start -= shift;
+                s.key = NIL;
+                s.next = NIL;
+            }
+            live += at - first;
+            key_end += key_stop - key_start;
         }
         self.slots.truncate(live);
         self.slot_keys.truncate(key_end);
@@ -539,6 +603,14 @@ impl SideState {
 mod tests {
     use super::*;
 
+    /// Evicts at `threshold`; returns the entries removed.
+    fn evicted(st: &mut SideState, threshold: i64) -> Vec<Entry> {
+        let mut out = Vec::new();
+        let n = st.evict(threshold, Some(&mut out));
+        assert_eq!(n, out.len());
+        out
+    }
+
     fn entry(t: i64) -> Entry {
         Entry {
             seq: 0,
@@ -585,7 +657,7 @@ mod tests {
         st.insert(&[1], entry(10_000));
         assert_eq!(rows_of(&st, &[1]).last(), Some(&10_000));
         // Evicting 9000 entries rebuilds the arena (dead > live and > 4096).
-        let gone = st.evict(8_999);
+        let gone = evicted(&mut st, 8_999);
         assert_eq!(gone.len(), 9_000);
         assert!(gone.windows(2).all(|w| w[0].seq < w[1].seq));
         assert_eq!(st.rows, 1_001);
@@ -602,7 +674,7 @@ mod tests {
         st.prepare_probes(SCAN_PROBES);
         assert_eq!(rows_of(&st, &[1]), want);
         // Tombstones left in a chain are skipped.
-        st.evict(9_999);
+        st.evict(9_999, None);
         st.insert(&[7], entry(20_000));
         assert_eq!(rows_of(&st, &[7]), vec![20_000]);
         assert_eq!(rows_of(&st, &[1]), vec![10_000]);
@@ -620,7 +692,7 @@ mod tests {
             st.insert(&[0], entry(*t));
         }
         for threshold in [10, 999, 2_500, 4_999] {
-            let gone = st.evict(threshold);
+            let gone = evicted(&mut st, threshold);
             assert!(gone
                 .iter()
                 .all(|e| e.evict_time.get().expect("set") <= threshold));
@@ -645,7 +717,7 @@ mod tests {
         let (slot, _) = st.matches(&[0]).nth(3).expect("entry 3");
         st.entry_mut(slot).matched = true;
         st.insert(&[0], entry(5));
-        st.evict(0);
+        assert_eq!(st.evict(0, None), 1);
         let (upserts, removed) = st.take_changes();
         let seqs: Vec<u64> = upserts.iter().map(|e| e.seq).collect();
         assert_eq!(seqs, vec![3, 5]);
