@@ -74,7 +74,8 @@ impl Bucket {
         key: Row<'_>,
         accs: impl Iterator<Item = Acc>,
         event_key: Option<i64>,
-        now_ms: Option<i64>,
+        updated_ms: Option<i64>,
+        updated: bool,
     ) {
         let g = self.hashes.len() as u32;
         self.keys.push(key);
@@ -83,8 +84,8 @@ impl Bucket {
         self.index.insert_unique(hash, g, |&i| hashes[i as usize]);
         self.accs.extend(accs);
         self.event_keys.push(event_key);
-        self.updated.push(true);
-        self.updated_ms.push(now_ms);
+        self.updated.push(updated);
+        self.updated_ms.push(updated_ms);
     }
 
     /// The groups, in the order they came.
@@ -112,9 +113,8 @@ impl Bucket {
                 accs.by_ref().take(width),
                 self.event_keys[g],
                 self.updated_ms[g],
+                self.updated[g],
             );
-            let last = target.updated.len() - 1;
-            target.updated[last] = self.updated[g];
         }
         *self = kept;
     }
@@ -220,6 +220,7 @@ impl GroupStore {
                     accs.iter_mut().map(|a| std::mem::replace(a, Acc::Count(0))),
                     event_key,
                     Some(now_ms),
+                    true,
                 );
                 Ok(true)
             }
@@ -239,9 +240,8 @@ impl GroupStore {
             accs.into_iter(),
             group.event_key,
             group.updated_ms,
+            false,
         );
-        let last = bucket.updated.len() - 1;
-        bucket.updated[last] = false;
     }
 
     /// Removes the windows that end at or before `watermark`, oldest first.

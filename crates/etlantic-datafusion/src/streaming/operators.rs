@@ -237,6 +237,14 @@ struct Group {
     updated_ms: Option<i64>,
 }
 
+/// The key column of an aggregation without keys: one constant value per row.
+fn constant_key(rows: usize) -> ArrayRef {
+    Arc::new(BooleanArray::new(
+        arrow::buffer::BooleanBuffer::new_set(rows),
+        None,
+    ))
+}
+
 /// Whether a row is late: its window ends at or before the cutoff (windowed), or its
 /// event-time key is at or before it (plain aggregation keyed by the event time).
 fn late_for(cutoff: Option<i64>, windowed: bool, end: i64, event_key: Option<i64>) -> bool {
@@ -343,10 +351,7 @@ impl AggregateOperator {
 
     fn key_columns(&self, batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
         if self.layout.keys.is_empty() {
-            return Ok(vec![Arc::new(BooleanArray::from(vec![
-                true;
-                batch.num_rows()
-            ]))]);
+            return Ok(vec![constant_key(batch.num_rows())]);
         }
         self.layout
             .keys
@@ -671,7 +676,7 @@ impl AggregateOperator {
         }
         if self.layout.keys.is_empty() {
             let n = groups.first().map_or(0, |g| g.len());
-            groups.push(Arc::new(BooleanArray::from(vec![true; n])));
+            groups.push(constant_key(n));
         }
         Ok(BatchGroups { late, groups, accs })
     }
