@@ -300,11 +300,7 @@ impl Accumulators {
                     *n1 += *n2;
                 }
                 (Acc::Distinct(x), Acc::Distinct(y)) => x.append(y),
-                (Acc::Int(x), Acc::Int(y)) => {
-                    if let Some(v) = *y {
-                        *x = Some(pick(spec.func, *x, v));
-                    }
-                }
+                (Acc::Int(x), Acc::Int(Some(v))) => *x = Some(pick(spec.func, *x, *v)),
                 (Acc::Row(x), Acc::Row(y)) => {
                     let take_later = match (spec.func, x.as_ref(), y.as_ref()) {
                         (_, _, None) => false,
