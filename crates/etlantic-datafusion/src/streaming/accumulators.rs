@@ -6,9 +6,13 @@
 //! type; over integers, dates and timestamps they keep a plain `i64` instead, which
 //! needs no encoding and no allocation per value.
 
-use arrow::array::{Array, ArrayRef, Decimal128Array, Float64Array, Int64Array, RecordBatch};
+use crate::expr::types::is_integer;
+use arrow::array::{
+    Array, ArrayRef, AsArray, Decimal128Array, Float64Array, Int64Array, PrimitiveArray,
+    RecordBatch,
+};
 use arrow::compute::cast;
-use arrow::datatypes::{DataType, Field};
+use arrow::datatypes::{ArrowPrimitiveType, DataType, Field, Float64Type, Int64Type};
 use arrow::row::{OwnedRow, RowConverter, Rows, SortField};
 use etlantic_core::diagnostics::{codes, Error, Result};
 use etlantic_core::ir::AggFunc;
@@ -70,19 +74,11 @@ impl AggSpec {
 /// Whether every value of the type converts to an `i64` and back unchanged, keeping its
 /// order (min/max/first/last then keep a plain integer instead of an encoded row).
 fn fits_i64(t: &DataType) -> bool {
-    matches!(
-        t,
-        DataType::Int8
-            | DataType::Int16
-            | DataType::Int32
-            | DataType::Int64
-            | DataType::UInt8
-            | DataType::UInt16
-            | DataType::UInt32
-            | DataType::Date32
-            | DataType::Date64
-            | DataType::Timestamp(..)
-    )
+    (is_integer(t) && *t != DataType::UInt64)
+        || matches!(
+            t,
+            DataType::Date32 | DataType::Date64 | DataType::Timestamp(..)
+        )
 }
 
 fn is_float(t: &DataType) -> bool {
@@ -674,12 +670,7 @@ fn update_ints(
 }
 
 fn i64s(c: &ArrayRef) -> Result<Int64Array> {
-    Ok(cast(c, &DataType::Int64)
-        .map_err(engine)?
-        .as_any()
-        .downcast_ref::<Int64Array>()
-        .expect("i64")
-        .clone())
+    cast_to::<Int64Type>(c)
 }
 
 fn add_opt<T: Copy>(a: Option<T>, b: Option<T>, f: impl Fn(T, T) -> T) -> Option<T> {
@@ -691,11 +682,14 @@ fn add_opt<T: Copy>(a: Option<T>, b: Option<T>, f: impl Fn(T, T) -> T) -> Option
 }
 
 fn f64s(c: &ArrayRef) -> Result<Float64Array> {
-    Ok(cast(c, &DataType::Float64)
+    cast_to::<Float64Type>(c)
+}
+
+/// The column cast to the primitive type `T`.
+fn cast_to<T: ArrowPrimitiveType>(c: &ArrayRef) -> Result<PrimitiveArray<T>> {
+    Ok(cast(c, &T::DATA_TYPE)
         .map_err(engine)?
-        .as_any()
-        .downcast_ref::<Float64Array>()
-        .expect("f64")
+        .as_primitive::<T>()
         .clone())
 }
 
