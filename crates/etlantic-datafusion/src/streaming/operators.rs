@@ -1520,6 +1520,20 @@ mod tests {
     use etlantic_core::ir::AggFunc;
     use std::collections::BTreeMap;
 
+    #[test]
+    fn start_groups_number_starts_in_first_seen_order_across_pieces() {
+        let mut g = StartGroups::default();
+        let mut ids = Vec::new();
+        g.intern(&[20, 20, 10, 20, 30, 10], &mut ids);
+        assert_eq!(ids, vec![0, 0, 1, 0, 2, 1]);
+        // A later piece of the same micro-batch continues the numbering.
+        ids.clear();
+        g.intern(&[30, 40, 10], &mut ids);
+        assert_eq!(ids, vec![2, 3, 1]);
+        assert_eq!(g.len(), 4);
+        assert_eq!(g.starts, vec![20, 10, 30, 40]);
+    }
+
     const SEC: i64 = 1_000_000;
 
     /// Rows with a key out of 7 (one null), a value (every 11th null) and an event time
