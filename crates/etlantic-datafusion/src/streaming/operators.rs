@@ -282,6 +282,16 @@ impl StartGroups {
     fn len(&self) -> usize {
         self.starts.len()
     }
+
+    /// The group columns of a keyless aggregation's batch groups: the window starts and
+    /// the constant key (none when there are no groups).
+    fn into_groups(self) -> Vec<ArrayRef> {
+        if self.starts.is_empty() {
+            return vec![];
+        }
+        let n = self.starts.len();
+        vec![Arc::new(Int64Array::from(self.starts)), constant_key(n)]
+    }
 }
 
 /// Whether a row is late: its window ends at or before the cutoff (windowed), or its
@@ -673,49 +683,38 @@ impl AggregateOperator {
                 .collect::<Result<Vec<_>>>()?;
             let inputs = self.accs.prepare(&args)?;
             ids.clear();
-            if keyless {
-                // The constant key column is added after.
+            let group_count = if keyless {
                 windows.intern(&starts, &mut ids);
-                while accs.len() < windows.len() * width {
-                    self.accs.init_into(&mut accs);
+                windows.len()
+            } else {
+                let mut group_cols: Vec<ArrayRef> = vec![Arc::new(Int64Array::from(starts))];
+                for k in &c.keys {
+                    group_cols.push(pick(k)?);
                 }
-                self.accs.update_groups(&mut accs, &ids, &inputs)?;
-                continue;
-            }
-            let mut group_cols: Vec<ArrayRef> = vec![Arc::new(Int64Array::from(starts))];
-            for k in &c.keys {
-                group_cols.push(pick(k)?);
-            }
-            let table = match &mut table {
-                Some(t) => t,
-                None => {
-                    key_types = group_cols.iter().map(|c| c.data_type().clone()).collect();
-                    let schema = Arc::new(Schema::new(
-                        key_types
-                            .iter()
-                            .enumerate()
-                            .map(|(i, t)| Field::new(format!("g{i}"), t.clone(), true))
-                            .collect::<Vec<_>>(),
-                    ));
-                    table.insert(new_group_values(schema, &GroupOrdering::None).map_err(df)?)
-                }
+                let table = match &mut table {
+                    Some(t) => t,
+                    None => {
+                        key_types = group_cols.iter().map(|c| c.data_type().clone()).collect();
+                        let schema = Arc::new(Schema::new(
+                            key_types
+                                .iter()
+                                .enumerate()
+                                .map(|(i, t)| Field::new(format!("g{i}"), t.clone(), true))
+                                .collect::<Vec<_>>(),
+                        ));
+                        table.insert(new_group_values(schema, &GroupOrdering::None).map_err(df)?)
+                    }
+                };
+                table.intern(&group_cols, &mut ids).map_err(df)?;
+                table.len()
             };
-            table.intern(&group_cols, &mut ids).map_err(df)?;
-            while accs.len() < table.len() * width {
+            while accs.len() < group_count * width {
                 self.accs.init_into(&mut accs);
             }
             self.accs.update_groups(&mut accs, &ids, &inputs)?;
         }
         if keyless {
-            let groups = if windows.starts.is_empty() {
-                vec![]
-            } else {
-                let n = windows.len();
-                vec![
-                    Arc::new(Int64Array::from(windows.starts)) as ArrayRef,
-                    constant_key(n),
-                ]
-            };
+            let groups = windows.into_groups();
             return Ok(BatchGroups { late, groups, accs });
         }
         let Some(mut table) = table else {
