@@ -9,8 +9,11 @@
 //!   bytes (Arrow's row format, in the append-only `slot_keys`); a removed entry stays as
 //!   a tombstone until dead slots outnumber live ones, when the arena is rebuilt (so
 //!   iteration in arrival order is a scan, and the cost of rebuilding is amortized);
-//! - the slots before `indexed` are in the key index (`keys` maps a key to its id, whose
-//!   `KeyMeta` holds the head and tail of its chain of slots); the later ones are found by
+//! - the slots before `indexed` are in the key index (`keys` maps a key's hash to its id,
+//!   whose `KeyMeta` holds where its bytes are and the head and tail of its chain of
+//!   slots; the index holds the hashes too, so that growing it and telling keys apart
+//!   touch no other memory, which a probe of a large state would miss in the cache);
+//!   the later ones are found by
 //!   scanning their hashes. [`SideState::prepare_probes`] indexes them when the coming
 //!   probes would cost more than indexing;
 //! - the changelog since the last checkpoint needs no second index: entries with a `seq`
@@ -80,10 +83,12 @@ struct Slot {
     dirty: bool,
 }
 
-/// An indexed key: its hash and chain (its bytes are those of its chain's slots).
+/// An indexed key: where its bytes are (those of its first slot, in `slot_keys`) and its
+/// chain of slots.
 #[derive(Clone, Copy, Debug)]
 struct KeyMeta {
-    hash: u64,
+    key_start: usize,
+    key_len: u32,
     head: u32,
     tail: u32,
 }
@@ -168,7 +173,8 @@ pub(super) struct SideState {
     block_min_evict: Vec<i64>,
     /// `slots[..indexed]` are in the key index.
     indexed: usize,
-    keys: HashTable<u32>,
+    /// `(hash, key id)` of each indexed key.
+    keys: HashTable<(u64, u32)>,
     key_meta: Vec<KeyMeta>,
     hasher: foldhash::fast::RandomState,
     /// Live entries.
@@ -208,10 +214,13 @@ impl SideState {
         &self.slot_keys[slot.key_start..slot.key_start + slot.key_len as usize]
     }
 
-    /// Whether key `id` is `key` (of hash `hash`).
-    fn is_key(&self, id: u32, hash: u64, key: &[u8]) -> bool {
+    /// Whether the index entry `(entry_hash, id)` is `key` of hash `hash`.
+    fn is_key(&self, (entry_hash, id): (u64, u32), hash: u64, key: &[u8]) -> bool {
+        if entry_hash != hash {
+            return false;
+        }
         let m = &self.key_meta[id as usize];
-        m.hash == hash && self.slot_key(&self.slots[m.head as usize]) == key
+        &self.slot_keys[m.key_start..m.key_start + m.key_len as usize] == key
     }
 
     /// Adds the slots not yet indexed to the key index.
@@ -221,20 +230,20 @@ impl SideState {
             let key = self.slot_key(&slot);
             let found = self
                 .keys
-                .find(slot.hash, |id| self.is_key(*id, slot.hash, key))
-                .copied();
+                .find(slot.hash, |e| self.is_key(*e, slot.hash, key))
+                .map(|(_, id)| *id);
             let id = match found {
                 Some(id) => id,
                 None => {
                     let id = self.key_meta.len() as u32;
                     self.key_meta.push(KeyMeta {
-                        hash: slot.hash,
+                        key_start: slot.key_start,
+                        key_len: slot.key_len,
                         head: at as u32,
                         tail: NIL,
                     });
-                    let meta = &self.key_meta;
                     self.keys
-                        .insert_unique(slot.hash, id, |id| meta[*id as usize].hash);
+                        .insert_unique(slot.hash, (slot.hash, id), |(h, _)| *h);
                     id
                 }
             };
@@ -316,8 +325,8 @@ impl SideState {
         debug_assert_eq!(hash, self.hash(key));
         let mut next = self
             .keys
-            .find(hash, |id| self.is_key(*id, hash, key))
-            .map_or(NIL, |id| self.key_meta[*id as usize].head);
+            .find(hash, |e| self.is_key(*e, hash, key))
+            .map_or(NIL, |(_, id)| self.key_meta[*id as usize].head);
         let indexed = std::iter::from_fn(move || {
             while next != NIL {
                 let slot = &self.slots[next as usize];
@@ -589,7 +598,7 @@ impl SideState {
         let index = self.slots.capacity() * std::mem::size_of::<Slot>()
             + self.slot_keys.capacity()
             + self.key_meta.capacity() * std::mem::size_of::<KeyMeta>()
-            + self.keys.capacity() * std::mem::size_of::<u32>();
+            + self.keys.capacity() * std::mem::size_of::<(u64, u32)>();
         (chunks + index) as u64
     }
 
