@@ -1368,6 +1368,58 @@ async fn a_repeated_unique_key_is_quarantined_not_joined() {
     );
 }
 
+/// The join's inputs are pruned to the columns it and the `select` after it read, but a
+/// unique side keeps all of its columns: a repeated key's row is quarantined whole, with
+/// `campaign` too, which nothing after the join reads.
+#[tokio::test]
+async fn a_repeated_unique_key_is_quarantined_with_the_columns_the_join_does_not_read() {
+    const CAMPAIGN_IMPS: &[(&str, &str)] = &[
+        ("ad_id", "string"),
+        ("imp_ts", "timestamp"),
+        ("campaign", "string"),
+    ];
+    const NARROW: &[(&str, &str)] = &[("ad_id", "string"), ("click_ts", "timestamp")];
+    let fx = Fixture::new("ssj_keyed_repeat_whole")
+        .source(Src {
+            cols: CAMPAIGN_IMPS,
+            ..Src::new("imps")
+                .watermark("imp_ts", "10 seconds")
+                .primary_key(&["ad_id"])
+        })
+        .source(Src {
+            cols: CLICKS,
+            ..Src::new("clicks").watermark("click_ts", "5 seconds")
+        })
+        .transform_yaml(
+            "joined",
+            &["imps", "clicks"],
+            &[&ranged_join("inner"), "select: [ad_id, click_ts]"],
+        )
+        .sink("out", "joined", NARROW, OutputMode::Append);
+    let campaign_imp = |secs: i64, ad: &str, campaign: &str| json!({"ad_id": ad, "imp_ts": ts(secs), "campaign": campaign});
+    let mut run = fx.start().await;
+    run.feed(&[
+        ("imps", vec![campaign_imp(0, "a", "spring")]),
+        ("clicks", vec![]),
+    ])
+    .await;
+    run.feed(&[
+        ("imps", vec![campaign_imp(3, "a", "summer")]),
+        ("clicks", vec![click(5, "a")]),
+    ])
+    .await;
+    assert_eq!(
+        run.new_rows("out"),
+        rows(&[json!({"ad_id": "a", "click_ts": ts(5)})])
+    );
+    let lines = fx.quarantined();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0]["code"], "ETL704");
+    let raw: Value = serde_json::from_str(lines[0]["raw"].as_str().unwrap()).unwrap();
+    assert_eq!(raw["ad_id"], "a", "{raw}");
+    assert_eq!(raw["campaign"], "summer", "{raw}");
+}
+
 /// Without a unique key the join reports no unique-key metric.
 #[tokio::test]
 async fn a_join_without_a_unique_side_has_no_unique_key_metric() {

@@ -336,12 +336,17 @@ pub fn build_transform(
                     decoded,
                     schemas,
                     [&left_events, &right_events],
-                    [&left_fed, &right_fed].map(|fed| {
-                        fed.iter().all(|s| {
-                            sources.get(s).is_none_or(|i| {
-                                matches!(i.late, LatePolicy::Drop | LatePolicy::Accept)
+                    [
+                        (&left_fed, unique_on_keys[0]),
+                        (&right_fed, unique_on_keys[1]),
+                    ]
+                    .map(|(fed, unique)| {
+                        unique
+                            || fed.iter().any(|s| {
+                                sources.get(s).is_some_and(|i| {
+                                    !matches!(i.late, LatePolicy::Drop | LatePolicy::Accept)
+                                })
                             })
-                        })
                     }),
                 );
                 let step = match pruned {
@@ -650,14 +655,16 @@ pub fn build_transform(
 /// when the one step reading its output is a projection (`select`), each input is first
 /// projected to the columns that projection reads plus what the join itself needs (keys,
 /// predicate, time range, event time). Returns the projections to run first and the join
-/// reading them, or `None` when nothing can be pruned. Not done when a side's late rows
-/// are routed somewhere (quarantine, side output): those must leave whole.
+/// reading them, or `None` when nothing can be pruned. A side stays whole when rows of it
+/// may leave the join as they entered it (`stays_whole`): its late rows are routed
+/// somewhere (quarantine, side output), or it is unique on the join keys and a repeated
+/// key's row is quarantined (`ETL704`).
 fn prune_join_inputs(
     step: &ActionNode,
     plan: &etlantic_core::ir::DecodedPlan,
     schemas: &HashMap<String, SchemaRef>,
     event_columns: [&Vec<String>; 2],
-    routes_nothing: [bool; 2],
+    stays_whole: [bool; 2],
 ) -> Option<(Vec<ActionNode>, ActionNode)> {
     let Action::Join {
         right,
@@ -670,7 +677,7 @@ fn prune_join_inputs(
     else {
         return None;
     };
-    if !routes_nothing.iter().all(|r| *r) || plan.outputs.values().any(|o| o == &step.id) {
+    if stays_whole.iter().all(|w| *w) || plan.outputs.values().any(|o| o == &step.id) {
         return None;
     }
     let readers: Vec<&ActionNode> = plan
@@ -709,14 +716,14 @@ fn prune_join_inputs(
         needed.push(r.left.clone());
         needed.push(r.right.clone());
     }
-    let keep = |all: &[String], keys: &[String], events: &[String]| -> Vec<String> {
+    let keep = |all: &[String], keys: &[String], events: &[String], whole: bool| -> Vec<String> {
         all.iter()
-            .filter(|c| needed.contains(c) || keys.contains(c) || events.contains(c))
+            .filter(|c| whole || needed.contains(c) || keys.contains(c) || events.contains(c))
             .cloned()
             .collect()
     };
-    let left_keep = keep(&left_names, left_keys, event_columns[0]);
-    let right_keep = keep(&right_names, right_keys, event_columns[1]);
+    let left_keep = keep(&left_names, left_keys, event_columns[0], stays_whole[0]);
+    let right_keep = keep(&right_names, right_keys, event_columns[1], stays_whole[1]);
     if left_keep.len() == left_names.len() && right_keep.len() == right_names.len() {
         return None;
     }
