@@ -982,7 +982,8 @@ impl StatefulOperator for AggregateOperator {
             }
             OutputMode::Append => {
                 let evicted = self.evict(ctx, session);
-                let refs: Vec<GroupRef<'_>> = evicted.groups().collect();
+                let mut refs: Vec<GroupRef<'_>> = Vec::with_capacity(evicted.len());
+                refs.extend(evicted.groups());
                 out.rows.push(self.emit(&refs)?);
                 refs.len()
             }
@@ -1185,11 +1186,15 @@ impl AggregateOperator {
     }
 
     fn all_groups(&self) -> Vec<GroupRef<'_>> {
+        // Sized up front: the groups come bucket by bucket, with no size hint, and a
+        // snapshot of every micro-batch would otherwise regrow (and copy) the list.
+        let mut all = Vec::with_capacity(self.state_rows() as usize);
         if matches!(self.geometry(), Some(Geometry::Session(_))) {
-            self.session_groups().map(|(g, _)| g).collect()
+            all.extend(self.session_groups().map(|(g, _)| g));
         } else {
-            self.store.groups().collect()
+            all.extend(self.store.groups());
         }
+        all
     }
 
     fn state_rows(&self) -> u64 {
