@@ -648,10 +648,10 @@ mod tests {
     }
 
     #[test]
-    fn a_slot_takes_80_bytes_and_optional_times_round_trip() {
+    fn a_slot_takes_72_bytes_and_optional_times_round_trip() {
         // One slot per buffered row: its size is the state's memory per row (besides
-        // the row's values and key bytes).
-        assert_eq!(std::mem::size_of::<Slot>(), 80);
+        // the row's values, key bytes and its 8-byte hash in `slot_hashes`).
+        assert_eq!(std::mem::size_of::<Slot>(), 72);
         for t in [None, Some(0), Some(-1), Some(i64::MAX), Some(i64::MIN + 1)] {
             assert_eq!(OptTime::from(t).get(), t);
         }
