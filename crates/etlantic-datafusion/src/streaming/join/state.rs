@@ -7,8 +7,8 @@
 //!
 //! - `slots` holds the entries in arrival (`seq`) order, each with its key's bytes
 //!   (Arrow's row format, in the append-only `slot_keys`; their hashes are apart, in
-//!   `slot_hashes`, for scanning); a removed entry stays as
-//!   a tombstone until dead slots outnumber live ones, when the arena is rebuilt (so
+//!   `slot_hashes`, for scanning); a removed entry stays as a tombstone until dead
+//!   slots outnumber live ones, when the arena is rebuilt (so
 //!   iteration in arrival order is a scan, and the cost of rebuilding is amortized);
 //! - the slots before `indexed` are in the key index (`keys` maps a key's hash to its id,
 //!   whose `KeyMeta` holds where its bytes are and the head and tail of its chain of
@@ -348,12 +348,11 @@ impl SideState {
             .iter()
             .enumerate()
             .filter(move |(_, h)| **h == hash)
-            .map(move |(i, _)| (self.indexed + i) as u32)
-            .filter(move |at| {
-                let s = &self.slots[*at as usize];
-                s.alive && self.slot_key(s) == key
-            })
-            .map(move |at| (at, &self.slots[at as usize].entry));
+            .filter_map(move |(i, _)| {
+                let at = self.indexed + i;
+                let s = &self.slots[at];
+                (s.alive && self.slot_key(s) == key).then_some((at as u32, &s.entry))
+            });
         indexed.chain(pending)
     }
 
