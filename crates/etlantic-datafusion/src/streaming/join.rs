@@ -702,8 +702,8 @@ impl StreamJoinOperator {
             let e = *st.entry(*slot);
             // Only a preserved side's mark is read (its unmatched rows are emitted at
             // eviction); marking a row makes it a change the next checkpoint writes,
-            // so an inner join's rows are left as they are (Nexmark q3: a third of
-            // each micro-batch's changes were persons marked on their first auction).
+            // so an inner join's rows are left as they are (Nexmark q3 wrote each
+            // person again in the checkpoint after its first auction).
             if (self.preserved[other] && !e.matched) || self.ttl.is_some() {
                 let e = st.entry_mut(*slot);
                 e.matched = true;
