@@ -1562,7 +1562,7 @@ pub fn run_pair_unit(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow::array::{StringArray, TimestampMicrosecondArray};
+    use arrow::array::{AsArray, StringArray, TimestampMicrosecondArray};
     use arrow::datatypes::TimeUnit;
     use etlantic_core::streaming::{Duration, OutputMode};
 
@@ -1831,9 +1831,7 @@ mod tests {
             let sides = changes
                 .column_by_name("__side")
                 .unwrap()
-                .as_any()
-                .downcast_ref::<UInt8Array>()
-                .unwrap();
+                .as_primitive::<arrow::datatypes::UInt8Type>();
             let count = |side: usize| sides.iter().filter(|s| *s == Some(side as u8)).count();
             assert_eq!(count(RIGHT), 2, "{join_type:?}: the new right rows");
             assert_eq!(count(LEFT), rewritten, "{join_type:?}: left rows rewritten");
