@@ -533,6 +533,10 @@ async fn restarts_rebuild_state_a_checkpoint_interval_has_not_written_yet() {
         .flat_map(|d| std::fs::read_dir(d.expect("entry").path()).expect("op dir"))
         .count();
     assert_eq!(state_files, 0, "the interval never passed");
+    assert!(
+        !fx.checkpoint().join("state-changes").exists(),
+        "no changes were logged either"
+    );
 }
 
 /// A stream that cannot be read again (a socket, say): planning only asks its

@@ -356,10 +356,16 @@ async fn event_time_timers_emit_sessions_when_the_watermark_passes_them() {
     // At the end only f is in state: its session, one amount, one timer.
     assert_eq!(op_field(&p[10], "numRowsTotal"), json!(3));
     assert!(op_field(&p[10], "memoryUsedBytes").as_u64().unwrap() > 0);
-    // Checkpointed like every operator: state/<op>/<version>.arrow.
-    let state_dir = fx.checkpoint().join("state");
-    let ops: Vec<_> = std::fs::read_dir(&state_dir).unwrap().collect();
-    assert_eq!(ops.len(), 1);
+    // Checkpointed like every operator without a changelog: its whole state, logged at
+    // every version.
+    let logged = etlantic_datafusion::streaming::state_log::logged_versions(
+        &fx.checkpoint().join("state-changes"),
+    )
+    .unwrap();
+    assert_eq!(logged.len(), 1, "{logged:?}");
+    let versions = logged.values().next().unwrap();
+    let last_batch = p.last().unwrap()["batchId"].as_u64().unwrap();
+    assert_eq!(versions.last(), Some(&(last_batch + 1)), "{versions:?}");
 }
 
 /// Runs the scenario's batches `from..to` on a (possibly restarted) query of `fx`.

@@ -301,16 +301,9 @@ fn check_finished(dir: &Path, label: &str) {
     }
     assert!(!log.offsets.contains_key(&MICRO_BATCHES), "{label}");
     // The last state snapshot holds only u5's open session: one list element, one timer.
-    let ops: Vec<_> = std::fs::read_dir(chk.join("state"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
+    let ops: Vec<String> = common::logged_state_versions(&chk).into_keys().collect();
     assert_eq!(ops.len(), 1, "{label}: one stateful operator");
-    let file = std::fs::File::open(ops[0].join(format!("{MICRO_BATCHES}.arrow"))).unwrap();
-    let state: Vec<_> = arrow::ipc::reader::FileReader::try_new(file, None)
-        .unwrap()
-        .map(|b| b.unwrap())
-        .collect();
+    let state = [common::logged_whole_state(&chk, &ops[0], MICRO_BATCHES).expect("logged")];
     let kinds: Vec<String> = state
         .iter()
         .flat_map(|b| {

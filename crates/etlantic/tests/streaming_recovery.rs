@@ -10,12 +10,12 @@
 
 mod common;
 use common::crash::*;
-use common::{batch_log, logged_commit, logged_offsets};
+use common::{batch_log, logged_commit, logged_offsets, logged_state_versions};
 
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 const PIPELINE: &str = r#"apiVersion: etlantic/v1
 kind: Pipeline
@@ -155,14 +155,12 @@ fn offsets_and_files(dir: &Path) -> (BTreeMap<u64, Value>, BTreeMap<String, Vec<
     (offsets, files)
 }
 
-/// The state directory of the single operator (`None` before its first snapshot).
-fn state_dir(dir: &Path) -> Option<PathBuf> {
-    let ops: Vec<PathBuf> = std::fs::read_dir(dir.join("chk/state"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    assert!(ops.len() <= 1, "one stateful operator: {ops:?}");
-    ops.first().cloned()
+/// The state versions the single operator has in the state log (none before its first
+/// state write).
+fn state_versions(dir: &Path) -> Vec<u64> {
+    let logged = logged_state_versions(&dir.join("chk"));
+    assert!(logged.len() <= 1, "one stateful operator: {logged:?}");
+    logged.into_values().next().unwrap_or_default()
 }
 
 /// Checks what every finished run must have, crashed or not.
@@ -187,10 +185,10 @@ fn check_finished(dir: &Path, reference: &Reference, label: &str) {
     }
     assert!(!log.offsets.contains_key(&MICRO_BATCHES));
     // State versions N+1 for the last ten batches (older ones are pruned).
-    let state = state_dir(dir).expect("state snapshots");
+    let state = state_versions(dir);
     for n in MICRO_BATCHES.saturating_sub(10)..MICRO_BATCHES {
         assert!(
-            state.join(format!("{}.arrow", n + 1)).exists(),
+            state.contains(&(n + 1)),
             "{label}: state version {} of batch {n}",
             n + 1
         );
@@ -303,9 +301,7 @@ fn killed_at_every_step_the_restarted_query_loses_and_duplicates_nothing() {
             let chk = dir.join("chk");
             let offsets_n = logged_offsets(&chk, batch);
             let committed_n = logged_commit(&chk, batch).is_some();
-            let state_n = state_dir(dir)
-                .map(|d| d.join(format!("{}.arrow", batch + 1)))
-                .unwrap_or_default();
+            let state_n = state_versions(dir).contains(&(batch + 1));
             assert!(offsets_n.is_some(), "{label}: offsets of {batch} logged");
             assert!(logged_offsets(&chk, batch + 1).is_none());
             // The sink already holds the batch unless the process died before the sinks.
@@ -320,10 +316,10 @@ fn killed_at_every_step_the_restarted_query_loses_and_duplicates_nothing() {
                 "{label}: sink log"
             );
             match point {
-                "after_offsets" => assert!(!state_n.exists() && !committed_n, "{label}"),
+                "after_offsets" => assert!(!state_n && !committed_n, "{label}"),
                 // The state snapshot is written while the sinks write: it may be there.
                 "in_sink" | "after_sink" => assert!(!committed_n, "{label}"),
-                "after_state" => assert!(state_n.exists() && !committed_n, "{label}"),
+                "after_state" => assert!(state_n && !committed_n, "{label}"),
                 _ => assert!(committed_n, "{label}"),
             }
             let (_, files_before) = offsets_and_files(dir);
@@ -470,7 +466,7 @@ fn killed_under_a_state_checkpoint_interval_the_restart_rebuilds_the_state() {
             );
             assert_eq!(files, reference.files, "{label}: file assignment");
             assert!(
-                state_dir(dir).is_none_or(|d| std::fs::read_dir(d).unwrap().next().is_none()),
+                state_versions(dir).is_empty(),
                 "{label}: no state was written"
             );
             let last = logged_commit(&dir.join("chk"), MICRO_BATCHES - 1).unwrap();

@@ -185,8 +185,9 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<Parsed> {
     })
 }
 
-/// The segment files of `dir` by their first batch, in order.
-fn segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
+/// The segment files of `dir` (`<first>.log`, by the first batch or version they hold),
+/// in order; the state log (`super::state_log`) names its segments the same way.
+pub(crate) fn segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
     let entries = match fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),

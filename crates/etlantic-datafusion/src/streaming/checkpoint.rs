@@ -8,7 +8,9 @@
 //!                            watermark, timestamp, before processing) and its commit
 //!                            record (after the sinks: next watermark, max event times)
 //!   state/<op>/<version>.arrow   operator state after batch `version - 1` (Arrow IPC)
-//!   state/<op>/<version>.delta.arrow   or only its changes since the previous version written
+//!   state-changes/<first version>.log   or only its changes since the previous version
+//!                            written: one record per state write, every operator's
+//!                            changes in it (see super::state_log)
 //!   sources/<n>/             per-source state (e.g. the files a directory stream has seen)
 //!   progress.jsonl           one StreamingQueryProgress per micro-batch
 //!   .lock                    held by the running query
@@ -25,23 +27,31 @@
 //! state (see [`whole_snapshot_due`]), like Spark's HDFS state store (`N.snapshot` and
 //! `N.delta`) and RocksDB's changelog checkpointing. A version is read as its whole
 //! snapshot, or as its changes applied to the version they were written since (named in
-//! the file, [`SINCE_METADATA`]), read the same way back to a whole snapshot or to
-//! version 0, whose state is empty. The changes are written before the commit; the whole
-//! snapshot in the background after them (the query skips one while the previous is still
-//! being written), so a version can have both. Files are removed only once a later whole
-//! snapshot is durable (see [`StateFiles::write`]).
+//! the changelog record), read the same way back to a whole snapshot or to version 0,
+//! whose state is empty. The changes are appended to the state log
+//! ([`super::state_log`]) and synced before the commit; the whole snapshot is written in
+//! the background after them (the query skips one while the previous is still being
+//! written), so a version can have both. Files and changelog segments are removed only
+//! once a later whole snapshot is durable (see [`StateFiles::write`]).
+//!
+//! A checkpoint written before the state log has a file per operator and version,
+//! `state/<op>/<version>.arrow` for every operator and `<version>.delta.arrow` for
+//! changes (naming its `since` in [`SINCE_METADATA`]); those are still read, and a
+//! restart continues in the state log.
 //!
 //! Under a state checkpoint interval (the profile's `state_checkpoint_interval`) only
 //! some micro-batches write their operators' state: versions in between have no files,
 //! and each commit names the newest version that was durable
 //! ([`CommitEntry::state_version`]).
 //!
-//! Every file but the log is written atomically: a temporary file in the same directory,
-//! `fsync`, `rename`, then `fsync` of the directory, so a crash leaves either the old or
-//! the new file, never a torn one. The log is appended to, each record with a checksum
-//! (see [`super::batch_log`] for what a crash can leave and how it is repaired).
+//! Every file but the two logs is written atomically: a temporary file in the same
+//! directory, `fsync`, `rename`, then `fsync` of the directory, so a crash leaves either
+//! the old or the new file, never a torn one. The logs are appended to, each record with
+//! a checksum (see [`super::batch_log`] and [`super::state_log`] for what a crash can
+//! leave and how it is repaired).
 
 use super::batch_log::BatchLog;
+use super::state_log::{LogEntry, Logged, StateLog};
 use arrow::array::{
     new_null_array, Array, ArrayRef, AsArray, BooleanArray, RecordBatch, UInt64Array,
 };
@@ -151,6 +161,7 @@ impl CommitEntry {
 pub struct Checkpoint {
     root: PathBuf,
     log: BatchLog,
+    state_log: Arc<StateLog>,
     /// `progress.jsonl`, opened at the first record.
     progress: Mutex<Option<File>>,
     _lock: Option<File>,
@@ -178,9 +189,14 @@ impl Checkpoint {
             .into());
         }
         let log = BatchLog::open(root.join("log"))?;
+        let state_log = Arc::new(StateLog::open(
+            root.join("state-changes"),
+            root.join("state"),
+        )?);
         Ok(Checkpoint {
             root,
             log,
+            state_log,
             progress: Mutex::new(None),
             _lock: Some(lock),
         })
@@ -288,6 +304,7 @@ impl Checkpoint {
     pub fn state_files(&self) -> StateFiles {
         StateFiles {
             root: self.root.join("state"),
+            log: self.state_log.clone(),
         }
     }
 
@@ -336,11 +353,13 @@ impl Checkpoint {
     }
 }
 
-/// The `state/` directory: one Arrow IPC file per operator and version
-/// (`state/<op>/<version>.arrow`).
+/// The operators' state: the `state/` directory, with their whole snapshots as one Arrow
+/// IPC file per operator and version (`state/<op>/<version>.arrow`), and the state
+/// log (`state-changes/`, see [`super::state_log`]).
 #[derive(Clone, Debug)]
 pub struct StateFiles {
     root: PathBuf,
+    log: Arc<StateLog>,
 }
 
 impl StateFiles {
@@ -419,13 +438,13 @@ impl StateFiles {
     pub fn write(&self, op: &str, version: u64, state: &RecordBatch) -> Result<()> {
         self.write_file(&self.path(op, version), state)?;
         self.forget_before(op, version);
+        self.log.note_whole(op, version);
         Ok(())
     }
 
     /// Writes an operator's changes since version `since` (see [`changes_batch`]): the
     /// previous version whose state was written, `version - 1` unless a state checkpoint
-    /// interval skipped some. `since` is kept in the file's schema metadata
-    /// ([`SINCE_METADATA`]), and [`StateFiles::read_chain`] follows it.
+    /// interval skipped some. [`StateFiles::read_chain`] follows `since`.
     pub fn write_changes(
         &self,
         op: &str,
@@ -433,21 +452,51 @@ impl StateFiles {
         since: u64,
         changes: &RecordBatch,
     ) -> Result<()> {
-        let mut metadata = changes.schema().metadata().clone();
-        metadata.insert(SINCE_METADATA.to_string(), since.to_string());
-        let schema = Arc::new(changes.schema().as_ref().clone().with_metadata(metadata));
-        let changes = changes.clone().with_schema(schema).map_err(engine_err)?;
-        self.write_file(&self.delta_path(op, version), &changes)?;
-        // A whole snapshot of this version from before a crash belongs to a run of the
-        // batch that did not commit; the chain must use these changes instead.
-        let _ = fs::remove_file(self.path(op, version));
+        self.write_logged(version, since, &[(op, LogEntry::Changes(changes))])
+    }
+
+    /// Writes what `version` holds of every operator in `entries` (operator id, its
+    /// changes since `since` or its whole state) as one record of the state log, durably
+    /// (one sync for all of them).
+    pub fn write_logged(
+        &self,
+        version: u64,
+        since: u64,
+        entries: &[(&str, LogEntry<'_>)],
+    ) -> Result<()> {
+        self.log.append(version, since, entries)?;
+        // A whole snapshot file of this version from before a restart belongs to a run of
+        // the batch that did not commit; the chain must use this record instead.
+        if self.log.may_have_stale_whole(version) {
+            for (op, _) in entries {
+                if fs::remove_file(self.path(op, version)).is_ok() {
+                    self.log.note_whole_removed(op);
+                }
+            }
+        }
         Ok(())
     }
 
-    /// Reads the state of `version`: a whole snapshot of it, or its changes applied to
-    /// the state of the version they were written since (found the same way, back to a
-    /// whole snapshot or to version 0, whose state is empty). `None` when nothing was
-    /// written for `version`.
+    /// What the state log holds of `op` at `version`, or a changes file of the layout
+    /// before it (`<version>.delta.arrow`).
+    fn read_logged(&self, op: &str, version: u64) -> Result<Option<Logged>> {
+        if let Some(logged) = self.log.read(op, version)? {
+            return Ok(Some(logged));
+        }
+        let path = self.delta_path(op, version);
+        match Self::read_file(&path)? {
+            Some(changes) => Ok(Some(Logged::Changes {
+                since: since_of(&path, &changes, version)?,
+                changes,
+            })),
+            None => Ok(None),
+        }
+    }
+
+    /// Reads the state of `version`: a whole snapshot of it (a file, or an entry of the
+    /// state log), or its changes applied to the state of the version they were written
+    /// since (found the same way, back to a whole snapshot or to version 0, whose state
+    /// is empty). `None` when nothing was written for `version`.
     pub fn read_chain(
         &self,
         op: &str,
@@ -460,21 +509,25 @@ impl StateFiles {
             if let Some(full) = self.read(op, v)? {
                 break Some(full);
             }
-            let path = self.delta_path(op, v);
-            match (identity, Self::read_file(&path)?) {
-                (Some(_), Some(d)) => {
-                    let since = since_of(&path, &d, v)?;
-                    deltas.push(d);
+            match (identity, self.read_logged(op, v)?) {
+                (_, Some(Logged::Whole(full))) => break Some(full),
+                (Some(_), Some(Logged::Changes { since, changes })) => {
+                    deltas.push(changes);
                     if since == 0 {
                         break None;
                     }
                     v = since;
                 }
-                (None, Some(_)) => return Err(corrupt(&path, "the operator keeps no changelog")),
+                (None, Some(Logged::Changes { .. })) => {
+                    return Err(corrupt(
+                        &self.root.join(op),
+                        format!("version {v} holds changes, but the operator keeps no changelog"),
+                    ))
+                }
                 (_, None) if deltas.is_empty() => return Ok(None),
                 (_, None) => {
                     return Err(corrupt(
-                        &path,
+                        &self.root.join(op),
                         format!("the state changes of version {v} are missing"),
                     ))
                 }
@@ -549,7 +602,7 @@ pub fn whole_snapshot_due(writes: u64, changed_rows: u64, state_rows: u64) -> bo
 }
 
 /// State files kept per operator (older ones are removed).
-const KEPT_VERSIONS: u64 = 2 * FULL_SNAPSHOT_EVERY;
+pub(crate) const KEPT_VERSIONS: u64 = 2 * FULL_SNAPSHOT_EVERY;
 
 /// The column of a changes batch that marks a removed row.
 pub const REMOVED: &str = "__removed";
@@ -1015,7 +1068,13 @@ mod tests {
                 .write_changes("j", v, v - 1, &changes(&[], &[]))
                 .unwrap();
         }
-        assert!(dir.path().join("state/j/4.delta.arrow").exists());
+        let logged = |op: &str| {
+            super::super::state_log::logged_versions(&dir.path().join("state-changes"))
+                .unwrap()
+                .remove(op)
+                .unwrap_or_default()
+        };
+        assert!(logged("j").contains(&4));
         let v25 = files
             .read_chain("j", KEPT_VERSIONS + 5, id)
             .unwrap()
@@ -1026,7 +1085,7 @@ mod tests {
         let whole = state(&[(3, "c"), (5, "e")]);
         files.write("j", 26, &whole).unwrap();
         assert!(dir.path().join("state/j/3.arrow").exists());
-        assert!(dir.path().join("state/j/4.delta.arrow").exists());
+        assert!(logged("j").contains(&4));
         // The next one (30) forgets what is before 26 and more than KEPT_VERSIONS back.
         for v in 27..30 {
             files
@@ -1035,8 +1094,7 @@ mod tests {
         }
         files.write("j", 30, &whole).unwrap();
         assert!(!dir.path().join("state/j/3.arrow").exists());
-        assert!(!dir.path().join("state/j/9.delta.arrow").exists());
-        assert!(dir.path().join("state/j/10.delta.arrow").exists());
+        assert!(dir.path().join("state/j/26.arrow").exists());
         let v29 = files.read_chain("j", 29, id).unwrap().unwrap();
         assert_eq!(rows(&v29), vec![(3, "c".into()), (5, "e".into())]);
     }
@@ -1084,6 +1142,113 @@ mod tests {
         assert!(!whole_snapshot_due(21, 500, 1_000));
         // An empty state with no changes (a restart's counter starts at 0).
         assert!(whole_snapshot_due(30, 0, 0));
+    }
+
+    /// Writes `changes` of `version` since `since` as the layout before the state
+    /// changelog did: `state/<op>/<version>.delta.arrow`, naming `since` in its schema.
+    fn write_changes_file(
+        files: &StateFiles,
+        op: &str,
+        version: u64,
+        since: u64,
+        changes: &RecordBatch,
+    ) {
+        let mut metadata = changes.schema().metadata().clone();
+        metadata.insert(SINCE_METADATA.to_string(), since.to_string());
+        let schema = Arc::new(changes.schema().as_ref().clone().with_metadata(metadata));
+        let changes = changes.clone().with_schema(schema).unwrap();
+        files
+            .write_file(&files.delta_path(op, version), &changes)
+            .unwrap();
+    }
+
+    #[test]
+    fn a_chain_of_changes_files_is_continued_in_the_state_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let id: Option<&[&str]> = Some(&["id"]);
+        {
+            let files = Checkpoint::open(dir.path()).unwrap().state_files();
+            files.write("j", 2, &state(&[(1, "a"), (2, "b")])).unwrap();
+            write_changes_file(&files, "j", 3, 2, &changes(&[(3, "c")], &[1]));
+            write_changes_file(&files, "j", 4, 3, &changes(&[(4, "d")], &[]));
+        }
+        // A restart of the query continues the chain in the changelog.
+        let files = Checkpoint::open(dir.path()).unwrap().state_files();
+        let v4 = files.read_chain("j", 4, id).unwrap().unwrap();
+        assert_eq!(
+            rows(&v4),
+            vec![(2, "b".into()), (3, "c".into()), (4, "d".into())]
+        );
+        files
+            .write_changes("j", 5, 4, &changes(&[(5, "e")], &[2]))
+            .unwrap();
+        let v5 = files.read_chain("j", 5, id).unwrap().unwrap();
+        assert_eq!(
+            rows(&v5),
+            vec![(3, "c".into()), (4, "d".into()), (5, "e".into())]
+        );
+        assert!(!dir.path().join("state/j/5.delta.arrow").exists());
+        // A legacy file whose `since` is not an earlier version is corrupt.
+        write_changes_file(&files, "k", 3, 3, &changes(&[(1, "a")], &[]));
+        let e = files.read_chain("k", 3, id).unwrap_err();
+        assert_eq!(e.code(), "ETL801", "{e}");
+    }
+
+    #[test]
+    fn an_operator_without_a_changelog_reads_its_logged_state_or_a_file_from_before_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let files = Checkpoint::open(dir.path()).unwrap().state_files();
+            // The layout before the state log: a whole snapshot file per version.
+            files.write("agg", 1, &state(&[(1, "a")])).unwrap();
+        }
+        let files = Checkpoint::open(dir.path()).unwrap().state_files();
+        assert_eq!(
+            rows(&files.read_chain("agg", 1, None).unwrap().unwrap()),
+            vec![(1, "a".into())]
+        );
+        let v2 = state(&[(1, "a"), (2, "b")]);
+        files
+            .write_logged(2, 1, &[("agg", LogEntry::Whole(&v2))])
+            .unwrap();
+        assert_eq!(
+            rows(&files.read_chain("agg", 2, None).unwrap().unwrap()).len(),
+            2
+        );
+        // Its whole state is a base a changes chain can start from, too.
+        let id: Option<&[&str]> = Some(&["id"]);
+        files
+            .write_changes("agg", 3, 2, &changes(&[(3, "c")], &[1]))
+            .unwrap();
+        let v3 = files.read_chain("agg", 3, id).unwrap().unwrap();
+        assert_eq!(rows(&v3), vec![(2, "b".into()), (3, "c".into())]);
+        assert_eq!(files.read_chain("agg", 4, None).unwrap(), None);
+    }
+
+    /// A whole snapshot left by a run that did not commit its version is removed when the
+    /// re-run of that version writes changes, so the chain reads the changes.
+    #[test]
+    fn a_stale_whole_snapshot_gives_way_to_the_changes_of_a_re_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let id: Option<&[&str]> = Some(&["id"]);
+        {
+            let files = Checkpoint::open(dir.path()).unwrap().state_files();
+            files
+                .write_changes("j", 1, 0, &changes(&[(1, "a")], &[]))
+                .unwrap();
+            files
+                .write_changes("j", 2, 1, &changes(&[(2, "b")], &[]))
+                .unwrap();
+            // The background snapshot of version 2; its batch then did not commit.
+            files.write("j", 2, &state(&[(1, "a"), (2, "b")])).unwrap();
+        }
+        let files = Checkpoint::open(dir.path()).unwrap().state_files();
+        files
+            .write_changes("j", 2, 1, &changes(&[(7, "g")], &[1]))
+            .unwrap();
+        assert!(!dir.path().join("state/j/2.arrow").exists());
+        let v2 = files.read_chain("j", 2, id).unwrap().unwrap();
+        assert_eq!(rows(&v2), vec![(7, "g".into())]);
     }
 
     #[test]

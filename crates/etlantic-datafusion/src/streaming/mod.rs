@@ -28,6 +28,7 @@ pub mod program;
 pub mod progress;
 pub mod query;
 pub mod slots;
+pub mod state_log;
 pub mod stateless;
 pub mod static_source;
 pub mod ttl;

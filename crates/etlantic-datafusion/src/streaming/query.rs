@@ -27,6 +27,7 @@ use super::program::{
     build_transform, gather_rows, prepare_input, SourceInfo, TransformUnit, Unit,
 };
 use super::progress::{ProgressBuilder, SourceProgress, StateProgress};
+use super::state_log::LogEntry;
 use super::static_source::StaticSource;
 use super::watermark::WatermarkTracker;
 use crate::quality::{QualityGate, RuleCount};
@@ -102,10 +103,12 @@ impl StreamingOptions {
 
 /// What a micro-batch writes of an operator's state.
 enum StateWrite {
-    /// The whole state.
+    /// The whole state, as a snapshot file (an operator with a changelog).
     Whole(RecordBatch),
-    /// The changes since the previous version.
+    /// The changes since the previous version, logged.
     Changes(RecordBatch),
+    /// The whole state, logged (an operator without a changelog).
+    Logged(RecordBatch),
 }
 
 /// Where the process may be killed on purpose (fault-injection tests), set with the
@@ -1438,7 +1441,7 @@ impl StreamingQuery {
                                 StateWrite::Changes(changes)
                             }
                         }
-                        None => StateWrite::Whole(s.op.snapshot()?),
+                        None => StateWrite::Logged(s.op.snapshot()?),
                     };
                     snapshots.push((s.id.clone(), state));
                 }
@@ -1447,11 +1450,18 @@ impl StreamingQuery {
         let state_write = (!snapshots.is_empty()).then(|| {
             let files = self.checkpoint.state_files();
             tokio::task::spawn_blocking(move || -> Result<()> {
+                let mut logged = Vec::new();
                 for (id, state) in &snapshots {
                     match state {
                         StateWrite::Whole(s) => files.write(id, version, s)?,
-                        StateWrite::Changes(c) => files.write_changes(id, version, since, c)?,
+                        StateWrite::Changes(c) => logged.push((id.as_str(), LogEntry::Changes(c))),
+                        StateWrite::Logged(s) => logged.push((id.as_str(), LogEntry::Whole(s))),
                     }
+                }
+                // Every operator's entry in one record of the state log: one sync per
+                // micro-batch, however many operators.
+                if !logged.is_empty() {
+                    files.write_logged(version, since, &logged)?;
                 }
                 Ok(())
             })

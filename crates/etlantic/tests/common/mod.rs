@@ -393,6 +393,26 @@ pub fn batch_log(chk: &Path) -> etlantic_datafusion::streaming::batch_log::LogRe
         .expect("the checkpoint log is readable")
 }
 
+/// The versions each stateful operator has an entry for in the state log of the
+/// checkpoint directory `chk` (see `etlantic_datafusion::streaming::state_log`).
+#[allow(dead_code)]
+pub fn logged_state_versions(chk: &Path) -> std::collections::BTreeMap<String, Vec<u64>> {
+    etlantic_datafusion::streaming::state_log::logged_versions(&chk.join("state-changes"))
+        .expect("the state log is readable")
+}
+
+/// The whole state the state log of `chk` holds of operator `op` at `version`.
+#[allow(dead_code)]
+pub fn logged_whole_state(chk: &Path, op: &str, version: u64) -> Option<arrow::array::RecordBatch> {
+    use etlantic_datafusion::streaming::state_log::{read_logged, Logged};
+    match read_logged(&chk.join("state-changes"), op, version)
+        .expect("the state log is readable")?
+    {
+        Logged::Whole(state) => Some(state),
+        Logged::Changes { .. } => panic!("{op} logs changes, not its whole state"),
+    }
+}
+
 /// The offsets record of batch `n` in the checkpoint `chk`, as JSON.
 pub fn logged_offsets(chk: &Path, n: u64) -> Option<Value> {
     batch_log(chk)

@@ -1,0 +1,1010 @@
+//! The state log of a checkpoint: what each state write wrote of every operator — the
+//! changes of an operator that keeps a changelog (see [`super::checkpoint`]), the whole
+//! state of one that does not (a window aggregation, dedup: state the watermark keeps
+//! small) — appended to segment files `state-changes/<first version>.log`.
+//!
+//! Written as one file per operator and version (`state/<op>/<version>.delta.arrow` and
+//! `<version>.arrow`, the layout before this log, still read), a micro-batch's state
+//! costs a file creation, two `fsync`s (file and directory) and a rename per operator,
+//! and later an unlink: on this project's reference machine, a third of the CPU of the
+//! state write of Nexmark q3 (one join) and most of it for q8 (three operators). Here a
+//! state write appends one record holding every operator's entry to one open file and
+//! syncs it (`fdatasync`) once, before the commit that names the version. The whole
+//! snapshots of changelog operators (large, written in the background) stay files.
+//!
+//! A record is
+//!
+//! ```text
+//! "ETLC"  head length (u32 LE)  head CRC-32 (u32 LE)  head  payload…
+//! ```
+//!
+//! where the head is JSON, `{"version":V,"since":S,"entries":[{"op":…,"len":…,
+//! "crc":…},…]}`, and each entry's payload (its `len` bytes, checked by its `crc`) is
+//! the operator's changes, or its whole state when the entry has `"whole":true`, as an
+//! Arrow IPC stream (LZ4 frames), in entry order. `since` is the version the changes
+//! were written since (as in [`super::checkpoint`]). The payloads are encoded straight
+//! into the file and the head written over its space afterwards, so the JSON is padded
+//! with spaces to the length it would have with the largest numbers (see
+//! `write_record`).
+//!
+//! Invariants the log keeps:
+//!
+//! - **The last record for a version wins.** A restart re-runs a batch that did not
+//!   commit, which appends that version's record again; reads use the newest.
+//! - **Only the last record can be torn.** Every append is synced before the next one
+//!   and before a commit names its version. Opening the log checks every record of the
+//!   last segment (head and payloads); a damaged record with no intact record after it
+//!   is the record being written when the machine stopped, and is cut off. A damaged
+//!   record followed by an intact one, or one in an earlier segment, is corruption and
+//!   an error (`ETL801`): never skipped, since a commit may name its version.
+//! - **A segment is removed only once no chain can need it**: every operator in the log
+//!   has a later whole snapshot that is durable (a file, or an entry of the log), with
+//!   the same margin as the whole snapshot files (see [`StateLog::note_whole`]). A new
+//!   segment starts every [`SEGMENT_VERSIONS`] versions, so old records can go.
+
+use super::batch_log::segments;
+use super::checkpoint::KEPT_VERSIONS;
+use arrow::array::RecordBatch;
+use arrow::ipc::reader::StreamReader;
+use arrow::ipc::writer::{IpcWriteOptions, StreamWriter};
+use arrow::ipc::CompressionType;
+use etlantic_core::diagnostics::{codes, Diagnostic, Error, Result};
+use etlantic_core::durable::sync_dir;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{self, File, OpenOptions};
+use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+/// Versions per segment file.
+pub const SEGMENT_VERSIONS: u64 = super::checkpoint::FULL_SNAPSHOT_EVERY;
+
+const MAGIC: &[u8; 4] = b"ETLC";
+/// The magic, the head length and the head CRC.
+const PREFIX: usize = 12;
+
+fn io_err(path: &Path, e: impl std::fmt::Display) -> Error {
+    Error::from(Diagnostic::new(
+        &codes::IO_ERROR,
+        format!("checkpoint {}: {e}", path.display()),
+    ))
+}
+
+fn corrupt(path: &Path, what: impl std::fmt::Display) -> Error {
+    Error::from(
+        Diagnostic::new(
+            &codes::CHECKPOINT_CORRUPT,
+            format!("state log {} is corrupt: {what}", path.display()),
+        )
+        .help(
+            "Only the last record of the state log can be torn by a crash, and it is \
+             repaired on open; damage before it needs the checkpoint restored from a backup, \
+             or a new checkpoint location.",
+        ),
+    )
+}
+
+/// The head of a record.
+#[derive(Debug, Serialize, Deserialize)]
+struct Head {
+    version: u64,
+    since: u64,
+    entries: Vec<EntryHead>,
+}
+
+/// One operator's entry in a record's head.
+#[derive(Debug, Serialize, Deserialize)]
+struct EntryHead {
+    op: String,
+    len: u64,
+    crc: u32,
+    /// The payload is the operator's whole state, not changes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    whole: bool,
+}
+
+/// What a state write logs of one operator.
+#[derive(Clone, Copy, Debug)]
+pub enum LogEntry<'a> {
+    /// Its changes since the record's `since` (see [`super::checkpoint::changes_batch`]).
+    Changes(&'a RecordBatch),
+    /// Its whole state.
+    Whole(&'a RecordBatch),
+}
+
+impl<'a> LogEntry<'a> {
+    fn batch(&self) -> &'a RecordBatch {
+        match self {
+            LogEntry::Changes(b) | LogEntry::Whole(b) => b,
+        }
+    }
+}
+
+/// One operator's state at one version, as read from the log.
+#[derive(Clone, Debug)]
+pub enum Logged {
+    /// Its changes since version `since`.
+    Changes {
+        /// The version the changes were written since.
+        since: u64,
+        /// The changes.
+        changes: RecordBatch,
+    },
+    /// Its whole state.
+    Whole(RecordBatch),
+}
+
+/// Where one operator's changes of one version are.
+#[derive(Clone, Copy, Debug)]
+struct Location {
+    /// The segment (its first version).
+    segment: u64,
+    offset: u64,
+    len: u64,
+    crc: u32,
+    since: u64,
+    whole: bool,
+}
+
+/// An intact record of a segment and where its payloads start.
+struct Scanned {
+    head: Head,
+    payloads_at: u64,
+}
+
+/// A scanned segment: its intact records, the length of its intact prefix and whether a
+/// damaged tail follows it.
+struct Scan {
+    records: Vec<Scanned>,
+    intact_len: u64,
+    torn: bool,
+}
+
+/// Parses the record at `at` of `bytes` (a whole segment, or as much of it as is
+/// needed), checking the head and, when `verify` is set, the payloads. `None` when the
+/// record is incomplete or damaged.
+fn record_at(bytes: &[u8], at: usize, verify: bool) -> Option<(Head, usize, usize)> {
+    let prefix = bytes.get(at..at.checked_add(PREFIX)?)?;
+    if &prefix[..4] != MAGIC {
+        return None;
+    }
+    let head_len = u32::from_le_bytes(prefix[4..8].try_into().ok()?) as usize;
+    let head_crc = u32::from_le_bytes(prefix[8..12].try_into().ok()?);
+    let head_at = at + PREFIX;
+    let head_bytes = bytes.get(head_at..head_at.checked_add(head_len)?)?;
+    if crc32fast::hash(head_bytes) != head_crc {
+        return None;
+    }
+    let head: Head = serde_json::from_slice(head_bytes).ok()?;
+    let payloads_at = head_at + head_len;
+    let mut end = payloads_at;
+    for e in &head.entries {
+        let len = usize::try_from(e.len).ok()?;
+        let payload = bytes.get(end..end.checked_add(len)?)?;
+        if verify && crc32fast::hash(payload) != e.crc {
+            return None;
+        }
+        end += len;
+    }
+    Some((head, payloads_at, end))
+}
+
+/// Scans a whole segment, checking every record.
+fn scan_bytes(path: &Path, bytes: &[u8]) -> Result<Scan> {
+    let mut records = Vec::new();
+    let mut at = 0usize;
+    while at < bytes.len() {
+        let Some((head, payloads_at, end)) = record_at(bytes, at, true) else {
+            // A torn record, unless an intact one follows it.
+            let after = (at + 1..=bytes.len().saturating_sub(PREFIX))
+                .find(|&i| bytes[i..].starts_with(MAGIC) && record_at(bytes, i, true).is_some());
+            if let Some(i) = after {
+                return Err(corrupt(
+                    path,
+                    format!(
+                        "a damaged record at byte {at} is followed by an intact one at byte {i}"
+                    ),
+                ));
+            }
+            return Ok(Scan {
+                records,
+                intact_len: at as u64,
+                torn: true,
+            });
+        };
+        records.push(Scanned {
+            head,
+            payloads_at: payloads_at as u64,
+        });
+        at = end;
+    }
+    Ok(Scan {
+        records,
+        intact_len: bytes.len() as u64,
+        torn: false,
+    })
+}
+
+/// Scans a segment by its heads only (reading past the payloads): for the segments
+/// before the last, whose payloads are checked when read.
+fn scan_heads(path: &Path) -> Result<Scan> {
+    let mut file = File::open(path).map_err(|e| io_err(path, e))?;
+    let len = file.metadata().map_err(|e| io_err(path, e))?.len();
+    let mut records = Vec::new();
+    let mut at = 0u64;
+    let damaged = |at: u64| corrupt(path, format!("a damaged record at byte {at}"));
+    while at < len {
+        let mut prefix = [0u8; PREFIX];
+        file.seek(SeekFrom::Start(at))
+            .and_then(|_| file.read_exact(&mut prefix))
+            .map_err(|_| damaged(at))?;
+        let head_len = u32::from_le_bytes(prefix[4..8].try_into().expect("4 bytes")) as u64;
+        if &prefix[..4] != MAGIC || at + PREFIX as u64 + head_len > len {
+            return Err(damaged(at));
+        }
+        let mut bytes = prefix.to_vec();
+        bytes.resize(PREFIX + head_len as usize, 0);
+        file.read_exact(&mut bytes[PREFIX..])
+            .map_err(|e| io_err(path, e))?;
+        // The payloads are not read: `record_at` sees the head only, so check its CRC
+        // and parse it here.
+        let head_crc = u32::from_le_bytes(prefix[8..12].try_into().expect("4 bytes"));
+        if crc32fast::hash(&bytes[PREFIX..]) != head_crc {
+            return Err(damaged(at));
+        }
+        let head: Head = serde_json::from_slice(&bytes[PREFIX..]).map_err(|_| damaged(at))?;
+        let payloads_at = at + PREFIX as u64 + head_len;
+        let end = payloads_at + head.entries.iter().map(|e| e.len).sum::<u64>();
+        if end > len {
+            return Err(damaged(at));
+        }
+        records.push(Scanned { head, payloads_at });
+        at = end;
+    }
+    Ok(Scan {
+        records,
+        intact_len: len,
+        torn: false,
+    })
+}
+
+/// Scans every segment of `dir` (the last one wholly, the others by their heads). A torn
+/// tail of the last segment is reported, not repaired.
+fn scan_all(dir: &Path) -> Result<Vec<(u64, PathBuf, Scan)>> {
+    let segs = segments(dir)?;
+    let last = segs.len().saturating_sub(1);
+    let mut out = Vec::with_capacity(segs.len());
+    for (i, (first, path)) in segs.into_iter().enumerate() {
+        let scan = if i == last {
+            let bytes = fs::read(&path).map_err(|e| io_err(&path, e))?;
+            scan_bytes(&path, &bytes)?
+        } else {
+            scan_heads(&path)?
+        };
+        out.push((first, path, scan));
+    }
+    Ok(out)
+}
+
+/// The versions each operator has changes logged for in the state log `dir` (a
+/// checkpoint's `state-changes/`), read without opening it for writing: for tools and
+/// tests. A torn tail is left out, not repaired.
+pub fn logged_versions(dir: &Path) -> Result<BTreeMap<String, Vec<u64>>> {
+    let mut out: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for (_, _, scan) in scan_all(dir)? {
+        for r in &scan.records {
+            for e in &r.head.entries {
+                out.entry(e.op.clone()).or_default().push(r.head.version);
+            }
+        }
+    }
+    for versions in out.values_mut() {
+        versions.sort_unstable();
+        versions.dedup();
+    }
+    Ok(out)
+}
+
+/// The whole snapshot versions of the operator directory `dir` (`<version>.arrow`).
+fn whole_versions(dir: &Path) -> Vec<u64> {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<u64> = entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name();
+            name.to_str()?
+                .strip_suffix(".arrow")
+                .filter(|n| !n.ends_with(".delta"))?
+                .parse()
+                .ok()
+        })
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+/// The durable whole snapshots of one operator that retention looks at: the newest and
+/// the one before it.
+#[derive(Clone, Copy, Debug, Default)]
+struct Wholes {
+    newest: Option<u64>,
+    previous: Option<u64>,
+}
+
+impl Wholes {
+    fn of(versions: &[u64]) -> Self {
+        let mut it = versions.iter().rev();
+        Wholes {
+            newest: it.next().copied(),
+            previous: it.next().copied(),
+        }
+    }
+
+    fn add(&mut self, version: u64) {
+        match self.newest {
+            Some(n) if version == n => {}
+            Some(n) if version > n => {
+                self.previous = Some(n);
+                self.newest = Some(version);
+            }
+            Some(_) if self.previous.is_none_or(|p| version > p) => self.previous = Some(version),
+            Some(_) => {}
+            None => self.newest = Some(version),
+        }
+    }
+
+    /// The oldest version a chain may still need, as
+    /// [`super::checkpoint::StateFiles`] keeps whole snapshot files: a restart may
+    /// re-run the batch before the newest whole snapshot, whose chain reaches back to the
+    /// previous one, and [`KEPT_VERSIONS`] are kept in any case.
+    fn floor(&self) -> u64 {
+        match (self.previous, self.newest) {
+            (Some(p), Some(n)) => p.min(n.saturating_sub(KEPT_VERSIONS)),
+            _ => 0,
+        }
+    }
+}
+
+/// The segment being appended to.
+struct Current {
+    first: u64,
+    file: File,
+    len: u64,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// First version → the newest version with a record in that segment.
+    segments: BTreeMap<u64, u64>,
+    /// The newest record of each operator and version.
+    index: HashMap<String, BTreeMap<u64, Location>>,
+    current: Option<Current>,
+    /// Per operator with a record, its durable whole snapshots.
+    wholes: HashMap<String, Wholes>,
+}
+
+/// The state log (see the module docs). Owned by one query: the checkpoint's lock
+/// keeps other writers out.
+pub struct StateLog {
+    dir: PathBuf,
+    state_dir: PathBuf,
+    inner: Mutex<Inner>,
+    /// The newest whole snapshot version on disk when the log was opened: whole
+    /// snapshots of versions after the last commit may be left by a run that did not
+    /// commit (see [`StateLog::may_have_stale_whole`]).
+    newest_whole_at_open: u64,
+}
+
+impl std::fmt::Debug for StateLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateLog").field("dir", &self.dir).finish()
+    }
+}
+
+impl StateLog {
+    /// Opens the log in `dir` (created at the first append), with the operators' whole
+    /// snapshots in `state_dir/<op>/`, and repairs a torn tail of its last segment.
+    pub fn open(dir: impl Into<PathBuf>, state_dir: impl Into<PathBuf>) -> Result<Self> {
+        let dir = dir.into();
+        let state_dir = state_dir.into();
+        let scans = scan_all(&dir)?;
+        let mut inner = Inner::default();
+        for (first, path, scan) in &scans {
+            if scan.torn {
+                let f = OpenOptions::new()
+                    .write(true)
+                    .open(path)
+                    .map_err(|e| io_err(path, e))?;
+                f.set_len(scan.intact_len)
+                    .and_then(|_| f.sync_all())
+                    .map_err(|e| io_err(path, e))?;
+            }
+            let mut newest = 0;
+            for r in &scan.records {
+                inner.add_record(*first, &r.head, r.payloads_at);
+                newest = newest.max(r.head.version);
+            }
+            inner.segments.insert(*first, newest);
+        }
+        if let Some((first, path, scan)) = scans.last() {
+            let file = OpenOptions::new()
+                .write(true)
+                .open(path)
+                .map_err(|e| io_err(path, e))?;
+            inner.current = Some(Current {
+                first: *first,
+                file,
+                len: scan.intact_len,
+            });
+        }
+        let ops: Vec<String> = inner.index.keys().cloned().collect();
+        for op in ops {
+            let w = inner.wholes_of(&state_dir, &op);
+            inner.wholes.insert(op, w);
+        }
+        let newest_whole_at_open = fs::read_dir(&state_dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|d| whole_versions(&d.path()).last().copied())
+            .max()
+            .unwrap_or(0);
+        Ok(StateLog {
+            dir,
+            state_dir,
+            inner: Mutex::new(inner),
+            newest_whole_at_open,
+        })
+    }
+
+    fn inner(&self) -> MutexGuard<'_, Inner> {
+        // A panic while appending leaves at most a torn last record, which the next
+        // append would follow; appends truncate it first (see `append`).
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether a whole snapshot of `version` may be on disk from a run that did not
+    /// commit it (a version written before this log was opened).
+    pub fn may_have_stale_whole(&self, version: u64) -> bool {
+        version <= self.newest_whole_at_open
+    }
+
+    /// Appends one record with the entries of `version` of every operator in `entries`
+    /// (operator id, entry; changes are since `since`), and syncs the log: when this
+    /// returns, the record survives a crash of the machine.
+    pub fn append(&self, version: u64, since: u64, entries: &[(&str, LogEntry<'_>)]) -> Result<()> {
+        let mut inner = self.inner();
+        let inner = &mut *inner;
+        if inner
+            .current
+            .as_ref()
+            .is_none_or(|c| version >= c.first + SEGMENT_VERSIONS)
+        {
+            self.start_segment(inner, version)?;
+        }
+        let current = inner.current.as_mut().expect("started above");
+        let path = self.dir.join(format!("{}.log", current.first));
+        let start = current.len;
+        let written = write_record(&current.file, start, version, since, entries);
+        let (head, head_len) = match written {
+            Ok(h) => h,
+            Err(e) => {
+                // Cut what was written of the record, so the next append follows an
+                // intact log; if even that fails, the open after a restart repairs it.
+                let _ = current.file.set_len(start);
+                return Err(io_err(&path, format!("version {version}: {e}")));
+            }
+        };
+        let first = current.first;
+        let payloads_at = start + (PREFIX + head_len) as u64;
+        current.len = payloads_at + head.entries.iter().map(|e| e.len).sum::<u64>();
+        inner.add_record(first, &head, payloads_at);
+        let newest = inner.segments.entry(first).or_insert(0);
+        *newest = (*newest).max(version);
+        for e in &head.entries {
+            if !inner.wholes.contains_key(&e.op) {
+                let w = inner.wholes_of(&self.state_dir, &e.op);
+                inner.wholes.insert(e.op.clone(), w);
+            } else if e.whole {
+                inner.wholes.get_mut(&e.op).expect("checked").add(version);
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts the segment `<version>.log`, makes its name durable, and removes the
+    /// segments no chain needs any more.
+    fn start_segment(&self, inner: &mut Inner, version: u64) -> Result<()> {
+        fs::create_dir_all(&self.dir).map_err(|e| io_err(&self.dir, e))?;
+        let path = self.dir.join(format!("{version}.log"));
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| io_err(&path, e))?;
+        let len = file.metadata().map_err(|e| io_err(&path, e))?.len();
+        sync_dir(&self.dir).map_err(|e| io_err(&self.dir, e))?;
+        inner.current = Some(Current {
+            first: version,
+            file,
+            len,
+        });
+        inner.segments.entry(version).or_insert(0);
+        self.forget(inner);
+        Ok(())
+    }
+
+    /// Removes the segments, other than the current one, whose every record is older
+    /// than what any operator's chain may need.
+    fn forget(&self, inner: &mut Inner) {
+        let floor = inner
+            .index
+            .keys()
+            .map(|op| inner.wholes.get(op).copied().unwrap_or_default().floor())
+            .min()
+            .unwrap_or(0);
+        let current = inner.current.as_ref().map(|c| c.first);
+        let gone: Vec<u64> = inner
+            .segments
+            .iter()
+            .filter(|(first, newest)| Some(**first) != current && **newest < floor)
+            .map(|(first, _)| *first)
+            .collect();
+        for first in gone {
+            let path = self.dir.join(format!("{first}.log"));
+            if fs::remove_file(&path).is_ok() {
+                inner.segments.remove(&first);
+                for versions in inner.index.values_mut() {
+                    versions.retain(|_, l| l.segment != first);
+                }
+            }
+        }
+        inner.index.retain(|_, versions| !versions.is_empty());
+    }
+
+    /// Called once the whole snapshot of `op` at `version` is durable: segments whose
+    /// changes no chain needs any more are removed.
+    pub fn note_whole(&self, op: &str, version: u64) {
+        let mut inner = self.inner();
+        if !inner.index.contains_key(op) {
+            return;
+        }
+        inner.wholes.entry(op.to_string()).or_default().add(version);
+        self.forget(&mut inner);
+    }
+
+    /// Called when the whole snapshot of `op` at `version` was removed (left by a run
+    /// that did not commit it).
+    pub fn note_whole_removed(&self, op: &str) {
+        let mut inner = self.inner();
+        if inner.wholes.contains_key(op) {
+            let w = inner.wholes_of(&self.state_dir, op);
+            inner.wholes.insert(op.to_string(), w);
+        }
+    }
+
+    /// The entry of `op` at `version`, from the newest record of that version; `None`
+    /// when the log has none.
+    pub fn read(&self, op: &str, version: u64) -> Result<Option<Logged>> {
+        let at = self
+            .inner()
+            .index
+            .get(op)
+            .and_then(|versions| versions.get(&version))
+            .copied();
+        at.map(|at| read_at(&self.dir, op, version, at)).transpose()
+    }
+}
+
+/// Reads the entry at `at`, checking its checksum.
+fn read_at(dir: &Path, op: &str, version: u64, at: Location) -> Result<Logged> {
+    let path = dir.join(format!("{}.log", at.segment));
+    let mut bytes = vec![0u8; at.len as usize];
+    File::open(&path)
+        .and_then(|mut f| {
+            f.seek(SeekFrom::Start(at.offset))?;
+            f.read_exact(&mut bytes)
+        })
+        .map_err(|e| io_err(&path, e))?;
+    if crc32fast::hash(&bytes) != at.crc {
+        return Err(corrupt(
+            &path,
+            format!("the entry of `{op}` at version {version} fails its checksum"),
+        ));
+    }
+    let mut reader =
+        StreamReader::try_new(std::io::Cursor::new(bytes), None).map_err(|e| corrupt(&path, e))?;
+    let batch = match reader.next() {
+        Some(b) => b.map_err(|e| corrupt(&path, e))?,
+        None => return Err(corrupt(&path, "an entry without a record batch")),
+    };
+    Ok(if at.whole {
+        Logged::Whole(batch)
+    } else {
+        Logged::Changes {
+            since: at.since,
+            changes: batch,
+        }
+    })
+}
+
+/// The entry of `op` at `version` in the state log `dir` (a checkpoint's
+/// `state-changes/`), read without opening the log for writing: for tools and tests. A
+/// torn tail is left out, not repaired.
+pub fn read_logged(dir: &Path, op: &str, version: u64) -> Result<Option<Logged>> {
+    let mut inner = Inner::default();
+    for (first, _, scan) in scan_all(dir)? {
+        for r in &scan.records {
+            inner.add_record(first, &r.head, r.payloads_at);
+        }
+    }
+    let at = inner
+        .index
+        .get(op)
+        .and_then(|versions| versions.get(&version))
+        .copied();
+    at.map(|at| read_at(dir, op, version, at)).transpose()
+}
+
+impl Inner {
+    /// The durable whole snapshots of `op`: its files in `state_dir/<op>/` and its whole
+    /// entries in the log.
+    fn wholes_of(&self, state_dir: &Path, op: &str) -> Wholes {
+        let mut versions = whole_versions(&state_dir.join(op));
+        if let Some(logged) = self.index.get(op) {
+            versions.extend(logged.iter().filter(|(_, l)| l.whole).map(|(v, _)| *v));
+        }
+        versions.sort_unstable();
+        versions.dedup();
+        Wholes::of(&versions)
+    }
+
+    fn add_record(&mut self, segment: u64, head: &Head, payloads_at: u64) {
+        let mut offset = payloads_at;
+        for e in &head.entries {
+            self.index.entry(e.op.clone()).or_default().insert(
+                head.version,
+                Location {
+                    segment,
+                    offset,
+                    len: e.len,
+                    crc: e.crc,
+                    since: head.since,
+                    whole: e.whole,
+                },
+            );
+            offset += e.len;
+        }
+    }
+}
+
+/// Writes one record at `start` of `file` and syncs it: a space for the prefix and head,
+/// the payloads (encoded straight into the file, through a buffer), then the prefix and
+/// head over that space. Returns the head and its length.
+///
+/// Encoding into the file rather than into memory first keeps the bytes the kernel copies
+/// warm in the cache (encoded into one buffer and then written, Nexmark q7's ≈3 MB of
+/// changes per micro-batch cost ten times the kernel copy time). The head is only known
+/// after the payloads, so its space is sized for the largest numbers (the JSON padded
+/// with spaces); until it is written that space is zeros, which fail the head's check,
+/// so a crash in between leaves a torn record.
+fn write_record(
+    file: &File,
+    start: u64,
+    version: u64,
+    since: u64,
+    entries: &[(&str, LogEntry<'_>)],
+) -> std::io::Result<(Head, usize)> {
+    let head_of = |sizes: &mut dyn FnMut(usize) -> (u64, u32)| Head {
+        version,
+        since,
+        entries: entries
+            .iter()
+            .enumerate()
+            .map(|(i, (op, entry))| {
+                let (len, crc) = sizes(i);
+                EntryHead {
+                    op: op.to_string(),
+                    len,
+                    crc,
+                    whole: matches!(entry, LogEntry::Whole(_)),
+                }
+            })
+            .collect(),
+    };
+    let head_len = serde_json::to_vec(&head_of(&mut |_| (u64::MAX, u32::MAX)))
+        .map_err(std::io::Error::other)?
+        .len();
+    let mut f = file;
+    f.seek(SeekFrom::Start(start))?;
+    let mut out = BufWriter::with_capacity(64 << 10, f);
+    out.write_all(&vec![0u8; PREFIX + head_len])?;
+    let mut sizes = Vec::with_capacity(entries.len());
+    for (_, entry) in entries {
+        let mut tally = Tally {
+            out: &mut out,
+            crc: crc32fast::Hasher::new(),
+            len: 0,
+        };
+        encode(&mut tally, entry.batch()).map_err(std::io::Error::other)?;
+        sizes.push((tally.len, tally.crc.finalize()));
+    }
+    let end = out.stream_position()?;
+    out.into_inner().map_err(|e| e.into_error())?;
+    let head = head_of(&mut |i| sizes[i]);
+    let mut head_bytes = serde_json::to_vec(&head).map_err(std::io::Error::other)?;
+    // Never longer than with the largest numbers.
+    head_bytes.resize(head_len, b' ');
+    let mut prefix = Vec::with_capacity(PREFIX + head_len);
+    prefix.extend_from_slice(MAGIC);
+    prefix.extend_from_slice(&(head_len as u32).to_le_bytes());
+    prefix.extend_from_slice(&crc32fast::hash(&head_bytes).to_le_bytes());
+    prefix.extend_from_slice(&head_bytes);
+    f.seek(SeekFrom::Start(start))?;
+    f.write_all(&prefix)?;
+    f.seek(SeekFrom::Start(end))?;
+    f.sync_data()?;
+    Ok((head, head_len))
+}
+
+/// A writer that counts and checksums what passes through it.
+struct Tally<W> {
+    out: W,
+    crc: crc32fast::Hasher,
+    len: u64,
+}
+
+impl<W: Write> Write for Tally<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.out.write(buf)?;
+        self.crc.update(&buf[..n]);
+        self.len += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
+}
+
+/// Encodes `batch` as an Arrow IPC stream with LZ4 frames into `out`.
+fn encode(
+    out: impl Write,
+    batch: &RecordBatch,
+) -> std::result::Result<(), arrow::error::ArrowError> {
+    // LZ4 frames: changes hold long runs of nulls (a join side's columns in the other
+    // side's rows, removed rows); compressing costs less than writing and syncing them
+    // (Nexmark q7 without it: 30% more CPU, four times the kernel time).
+    let options =
+        IpcWriteOptions::default().try_with_compression(Some(CompressionType::LZ4_FRAME))?;
+    let mut w = StreamWriter::try_new_with_options(out, &batch.schema(), options)?;
+    w.write(batch)?;
+    w.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::Int64Array;
+    use arrow::datatypes::{DataType, Field, Schema};
+    use std::sync::Arc;
+
+    fn batch(values: &[i64]) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+        RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(values.to_vec()))]).unwrap()
+    }
+
+    fn ids(b: &RecordBatch) -> Vec<i64> {
+        b.column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap()
+            .values()
+            .to_vec()
+    }
+
+    fn open(root: &Path) -> StateLog {
+        StateLog::open(root.join("state-changes"), root.join("state")).unwrap()
+    }
+
+    /// Appends changes of the given ids for each operator.
+    fn append(log: &StateLog, version: u64, since: u64, ops: &[(&str, &[i64])]) {
+        let batches: Vec<(&str, RecordBatch)> =
+            ops.iter().map(|(op, ids)| (*op, batch(ids))).collect();
+        let entries: Vec<(&str, LogEntry<'_>)> = batches
+            .iter()
+            .map(|(op, b)| (*op, LogEntry::Changes(b)))
+            .collect();
+        log.append(version, since, &entries).unwrap();
+    }
+
+    /// The logged changes of `op` at `version`: their `since` and ids.
+    fn changes(log: &StateLog, op: &str, version: u64) -> Option<(u64, Vec<i64>)> {
+        match log.read(op, version).unwrap()? {
+            Logged::Changes { since, changes } => Some((since, ids(&changes))),
+            Logged::Whole(_) => panic!("{op}@{version} is whole, not changes"),
+        }
+    }
+
+    fn segment_names(root: &Path) -> Vec<u64> {
+        segments(&root.join("state-changes"))
+            .unwrap()
+            .into_iter()
+            .map(|(f, _)| f)
+            .collect()
+    }
+
+    #[test]
+    fn records_round_trip_across_a_reopen_and_the_last_record_of_a_version_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path());
+        append(&log, 1, 0, &[("t.a", &[1, 2]), ("t.b", &[3])]);
+        append(&log, 2, 1, &[("t.a", &[4]), ("t.b", &[])]);
+        // A re-run of version 2 (its batch did not commit) writes it again.
+        append(&log, 2, 1, &[("t.a", &[5]), ("t.b", &[6])]);
+        // An operator without a changelog logs its whole state.
+        let whole = batch(&[8, 9]);
+        log.append(2, 1, &[("t.w", LogEntry::Whole(&whole))])
+            .unwrap();
+        let check = |log: &StateLog| {
+            assert_eq!(changes(log, "t.a", 1), Some((0, vec![1, 2])));
+            assert_eq!(changes(log, "t.a", 2), Some((1, vec![5])));
+            assert_eq!(changes(log, "t.b", 2), Some((1, vec![6])));
+            assert_eq!(changes(log, "t.a", 3), None);
+            assert_eq!(changes(log, "t.c", 1), None);
+            match log.read("t.w", 2).unwrap() {
+                Some(Logged::Whole(b)) => assert_eq!(ids(&b), vec![8, 9]),
+                other => panic!("{other:?}"),
+            }
+        };
+        check(&log);
+        drop(log);
+        let log = open(dir.path());
+        check(&log);
+        let versions = logged_versions(&dir.path().join("state-changes")).unwrap();
+        assert_eq!(versions["t.a"], vec![1, 2]);
+        assert_eq!(versions["t.w"], vec![2]);
+        match read_logged(&dir.path().join("state-changes"), "t.a", 2).unwrap() {
+            Some(Logged::Changes { since: 1, changes }) => assert_eq!(ids(&changes), vec![5]),
+            other => panic!("{other:?}"),
+        }
+        // Appends go on in the same segment after a reopen.
+        append(&log, 3, 2, &[("t.a", &[7])]);
+        assert_eq!(segment_names(dir.path()), vec![1]);
+        assert_eq!(changes(&log, "t.a", 3), Some((2, vec![7])));
+    }
+
+    fn last_segment(root: &Path) -> PathBuf {
+        segments(&root.join("state-changes"))
+            .unwrap()
+            .pop()
+            .unwrap()
+            .1
+    }
+
+    #[test]
+    fn a_torn_last_record_is_cut_off_on_open_and_appends_continue() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path());
+        append(&log, 1, 0, &[("t.a", &[1])]);
+        append(&log, 2, 1, &[("t.a", &[2, 3, 4])]);
+        drop(log);
+        let path = last_segment(dir.path());
+        let intact = fs::read(&path).unwrap();
+        // Cuts inside the last record: its prefix, head or payload torn.
+        let second = record_at(&intact, 0, true).unwrap().2;
+        for cut in [second + 3, second + 20, intact.len() - 1] {
+            fs::write(&path, &intact[..cut]).unwrap();
+            let log = open(dir.path());
+            assert_eq!(
+                fs::metadata(&path).unwrap().len(),
+                second as u64,
+                "cut {cut}"
+            );
+            assert_eq!(changes(&log, "t.a", 2), None);
+            append(&log, 2, 1, &[("t.a", &[9])]);
+            drop(log);
+            let log = open(dir.path());
+            assert_eq!(changes(&log, "t.a", 2), Some((1, vec![9])));
+            assert_eq!(changes(&log, "t.a", 1), Some((0, vec![1])));
+        }
+        // A last record whose payload lost its bytes (zeros where the machine had not
+        // written them) fails its checksum and is cut off too.
+        let mut zeroed = intact.clone();
+        let n = zeroed.len();
+        zeroed[n - 8..].fill(0);
+        fs::write(&path, &zeroed).unwrap();
+        let log = open(dir.path());
+        assert_eq!(changes(&log, "t.a", 2), None);
+        assert_eq!(fs::metadata(&path).unwrap().len(), second as u64);
+    }
+
+    #[test]
+    fn a_damaged_record_before_an_intact_one_is_corruption() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path());
+        append(&log, 1, 0, &[("t.a", &[1])]);
+        append(&log, 2, 1, &[("t.a", &[2])]);
+        drop(log);
+        let path = last_segment(dir.path());
+        let mut bytes = fs::read(&path).unwrap();
+        let first_end = record_at(&bytes, 0, true).unwrap().2;
+        bytes[first_end - 1] ^= 0xff;
+        fs::write(&path, &bytes).unwrap();
+        let e =
+            StateLog::open(dir.path().join("state-changes"), dir.path().join("state")).unwrap_err();
+        assert_eq!(e.code(), "ETL801", "{e}");
+        // Nothing was cut.
+        assert_eq!(fs::read(&path).unwrap(), bytes);
+        // In a segment before the last, a damaged head is corruption too.
+        let mut head_damaged = bytes[..first_end].to_vec();
+        head_damaged[PREFIX + 2] ^= 0xff;
+        fs::write(&path, &head_damaged).unwrap();
+        fs::write(dir.path().join("state-changes/11.log"), b"").unwrap();
+        let e =
+            StateLog::open(dir.path().join("state-changes"), dir.path().join("state")).unwrap_err();
+        assert_eq!(e.code(), "ETL801", "{e}");
+    }
+
+    #[test]
+    fn segments_go_once_every_operator_has_a_later_durable_whole_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path());
+        for v in 1..=45 {
+            append(&log, v, v - 1, &[("t.a", &[v as i64]), ("t.b", &[])]);
+        }
+        assert_eq!(segment_names(dir.path()), vec![1, 11, 21, 31, 41]);
+        // Whole snapshots of one operator only: the other one's chain needs everything.
+        log.note_whole("t.a", 20);
+        log.note_whole("t.a", 40);
+        assert_eq!(segment_names(dir.path()), vec![1, 11, 21, 31, 41]);
+        // Both at 20 and 40: chains start at 20 at the earliest (the batch before 40 may
+        // run again), so the segment of versions 1 to 10 goes; 11 to 20 stays.
+        log.note_whole("t.b", 20);
+        log.note_whole("t.b", 40);
+        assert_eq!(segment_names(dir.path()), vec![11, 21, 31, 41]);
+        assert_eq!(changes(&log, "t.a", 10), None);
+        assert_eq!(changes(&log, "t.a", 11), Some((10, vec![11])));
+        // The margin of KEPT_VERSIONS: a whole snapshot at 44 keeps 24 on.
+        log.note_whole("t.a", 44);
+        log.note_whole("t.b", 44);
+        assert_eq!(segment_names(dir.path()), vec![21, 31, 41]);
+        // The same after a reopen, which reads the whole snapshots from the state files.
+        drop(log);
+        for op in ["t.a", "t.b"] {
+            let d = dir.path().join("state").join(op);
+            fs::create_dir_all(&d).unwrap();
+            for v in [40, 44, 55] {
+                fs::write(d.join(format!("{v}.arrow")), b"").unwrap();
+            }
+        }
+        let log = open(dir.path());
+        assert!(log.may_have_stale_whole(55));
+        assert!(!log.may_have_stale_whole(56));
+        append(&log, 56, 55, &[("t.a", &[]), ("t.b", &[])]);
+        // Whole snapshots at 44 and 55: segments wholly before min(44, 55 - 20) = 35 go.
+        assert_eq!(segment_names(dir.path()), vec![31, 41, 56]);
+    }
+
+    #[test]
+    fn an_operator_whose_whole_state_is_logged_keeps_its_last_versions() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path());
+        for v in 1..=60 {
+            let whole = batch(&[v as i64]);
+            log.append(v, v - 1, &[("t.w", LogEntry::Whole(&whole))])
+                .unwrap();
+        }
+        // Old segments go when a new one starts: at 51, the newest whole state is 50's,
+        // and chains need 30 on (50 - KEPT_VERSIONS), so the segments up to 20 are gone.
+        assert_eq!(segment_names(dir.path()), vec![21, 31, 41, 51]);
+        match log.read("t.w", 45).unwrap() {
+            Some(Logged::Whole(b)) => assert_eq!(ids(&b), vec![45]),
+            other => panic!("{other:?}"),
+        }
+    }
+}
