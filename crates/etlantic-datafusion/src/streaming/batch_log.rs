@@ -50,14 +50,17 @@ pub const SEGMENT_BATCHES: u64 = 100;
 /// The micro-batches whose records are always kept (Spark's `minBatchesToRetain`).
 pub const MIN_BATCHES_TO_RETAIN: u64 = 100;
 
-fn io_err(path: &Path, e: impl std::fmt::Display) -> Error {
+/// An `ETL706` I/O error on a checkpoint path (also the state log's, `super::state_log`).
+pub(crate) fn io_err(path: &Path, e: impl std::fmt::Display) -> Error {
     Error::from(Diagnostic::new(
         &codes::IO_ERROR,
         format!("checkpoint {}: {e}", path.display()),
     ))
 }
 
-fn corrupt(path: &Path, what: impl std::fmt::Display) -> Error {
+/// An `ETL801` error for a damaged record of a checkpoint log (the micro-batch log or the
+/// state log, `super::state_log`): only a torn last record is repaired.
+pub(crate) fn corrupt(path: &Path, what: impl std::fmt::Display) -> Error {
     Error::from(
         Diagnostic::new(
             &codes::CHECKPOINT_CORRUPT,

@@ -42,13 +42,13 @@
 //!   the same margin as the whole snapshot files (see [`StateLog::note_whole`]). A new
 //!   segment starts every [`SEGMENT_VERSIONS`] versions, so old records can go.
 
-use super::batch_log::segments;
+use super::batch_log::{corrupt, io_err, segments};
 use super::checkpoint::KEPT_VERSIONS;
 use arrow::array::RecordBatch;
 use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::{IpcWriteOptions, StreamWriter};
 use arrow::ipc::CompressionType;
-use etlantic_core::diagnostics::{codes, Diagnostic, Error, Result};
+use etlantic_core::diagnostics::Result;
 use etlantic_core::durable::sync_dir;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -63,27 +63,6 @@ pub const SEGMENT_VERSIONS: u64 = super::checkpoint::FULL_SNAPSHOT_EVERY;
 const MAGIC: &[u8; 4] = b"ETLC";
 /// The magic, the head length and the head CRC.
 const PREFIX: usize = 12;
-
-fn io_err(path: &Path, e: impl std::fmt::Display) -> Error {
-    Error::from(Diagnostic::new(
-        &codes::IO_ERROR,
-        format!("checkpoint {}: {e}", path.display()),
-    ))
-}
-
-fn corrupt(path: &Path, what: impl std::fmt::Display) -> Error {
-    Error::from(
-        Diagnostic::new(
-            &codes::CHECKPOINT_CORRUPT,
-            format!("state log {} is corrupt: {what}", path.display()),
-        )
-        .help(
-            "Only the last record of the state log can be torn by a crash, and it is \
-             repaired on open; damage before it needs the checkpoint restored from a backup, \
-             or a new checkpoint location.",
-        ),
-    )
-}
 
 /// The head of a record.
 #[derive(Debug, Serialize, Deserialize)]
