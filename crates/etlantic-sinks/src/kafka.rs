@@ -62,6 +62,13 @@
 //! one checkpoint, the checkpoint lock (`ETL803`) already keeps two live runs of a query
 //! from writing at the same time.
 //!
+//! # Batch runs
+//!
+//! A batch run writes its rows in one transaction and neither reads nor writes progress
+//! markers: a batch run has no checkpoint, so every run of a plan is a new write (batch
+//! runs share one query id, the plan fingerprint, and batch id 0; deduplicating on them
+//! would skip every run after the first).
+//!
 //! The rows are flushed (acknowledged) before the marker is produced, so the marker never
 //! reaches the log for a batch whose rows did not (in the mock too). A crash between
 //! producing and commit leaves rows and marker in the mock's log and the replay is
@@ -79,7 +86,7 @@ use etlantic_core::guarantee::{SinkCommitProtocol, SinkGuarantee};
 use etlantic_core::plugin::{
     Sink, SinkBatch, SinkCapabilities, SinkContext, SinkProvider, SinkRegistration, WriteOutcome,
 };
-use etlantic_core::streaming::OutputMode;
+use etlantic_core::streaming::{ExecutionMode, OutputMode};
 use etlantic_core::uri::BindingUri;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -260,6 +267,8 @@ pub struct KafkaSink {
     asset: String,
     options: KafkaSinkOptions,
     open: Option<Open>,
+    /// A batch run: no progress markers (see the module docs).
+    batch_run: bool,
 }
 
 impl std::fmt::Debug for KafkaSink {
@@ -318,6 +327,7 @@ impl KafkaSink {
             asset: ctx.asset,
             options,
             open: None,
+            batch_run: ctx.mode == ExecutionMode::Batch,
         })
     }
 
@@ -356,7 +366,9 @@ impl KafkaSink {
                 producer
                     .init_transactions(TIMEOUT)
                     .map_err(|e| write_failed("init_transactions", e))?;
-                last_committed = self.read_progress(query_id, &txn_id)?;
+                if !self.batch_run {
+                    last_committed = self.read_progress(query_id, &txn_id)?;
+                }
             }
             self.open = Some(Open {
                 producer,
@@ -442,6 +454,13 @@ impl KafkaSink {
         // Every row acknowledged before the marker is produced: the marker never reaches
         // the log of a batch whose rows did not (also in the mock cluster).
         self.flushed(open)?;
+        if self.batch_run {
+            faults::check(faults::IN_SINK, batch.batch_id);
+            return open
+                .producer
+                .commit_transaction(TIMEOUT)
+                .map_err(|e| write_failed("commit_transaction", e));
+        }
         let marker = json!({
             "query_id": batch.query_id,
             "sink": self.asset,
@@ -541,7 +560,7 @@ impl Sink for KafkaSink {
     }
 
     async fn last_committed_batch(&mut self, query_id: &str) -> Result<Option<u64>> {
-        if !self.options.transactions {
+        if !self.options.transactions || self.batch_run {
             return Ok(None);
         }
         Ok(self.ensure_open(query_id)?.last_committed)

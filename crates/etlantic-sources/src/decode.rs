@@ -985,7 +985,10 @@ pub fn parse_timestamp_in(s: &str, zone: Option<&str>) -> Option<DateTime<Utc>> 
     let t = s.trim();
     let has_offset = t.ends_with(['Z', 'z'])
         || DateTime::parse_from_rfc3339(t).is_ok()
-        || t.len() > 10 && (t[10..].contains('+') || t[10..].matches('-').count() > 0);
+        // Bytes, not a `str` slice: offset 10 may fall inside a multi-byte character.
+        || t.as_bytes()
+            .get(10..)
+            .is_some_and(|rest| rest.contains(&b'+') || rest.contains(&b'-'));
     if has_offset {
         return parse_timestamp(s);
     }
@@ -1499,6 +1502,15 @@ mod tests {
         assert_eq!(utc.to_rfc3339(), "2024-07-01T12:00:00+00:00");
         assert!(parse_timestamp_in("2024-03-31T02:30:00", Some("Europe/Paris")).is_none());
         assert!(parse_timestamp("2024-13-02T00:00:00Z").is_none());
+        // A multi-byte character across byte 10 is not a timestamp (it used to panic).
+        for s in [
+            "2024-01-0é:00:00",
+            "2024-01-01é12:00",
+            "日本語の時刻です",
+            "2024-01-01\u{1F600}",
+        ] {
+            assert!(parse_timestamp_in(s, Some("Europe/Paris")).is_none(), "{s}");
+        }
     }
 
     #[test]

@@ -458,7 +458,19 @@ async fn run_batch_inner(
             .await?
         {
             WriteOutcome::Written { rows } => rows,
-            WriteOutcome::AlreadyCommitted => 0,
+            // A batch run has no checkpoint, so nothing of it can have been committed
+            // before: a sink that skips the write would let the run report rows it never
+            // wrote as done.
+            WriteOutcome::AlreadyCommitted => {
+                return Err(Error::new(
+                    &codes::SINK_WRITE_FAILED,
+                    format!(
+                        "sink `{}` skipped the rows of this batch run as already committed; a batch run must write them",
+                        s.id
+                    ),
+                )
+                .with_help("the sink plugin treats a batch run like a replayed micro-batch: report this to its author"))
+            }
         };
         sink.close().await?;
         report.sinks.push(SinkReport {

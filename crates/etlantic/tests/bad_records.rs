@@ -434,3 +434,41 @@ fn batch_runs_apply_quality_rules_and_explain_lists_them() {
     );
     assert!(text.contains("orders.order_id.range (range) → quarantine: on each record, while the source decodes it"), "{text}");
 }
+
+/// Hostile bytes in a timestamp of a column with a zone other than UTC: multi-byte
+/// characters across the tenth byte used to panic the decoder (and every restart after
+/// it). Each such record is quarantined like any unparsable timestamp; the rest go on.
+#[test]
+fn multi_byte_characters_in_a_zoned_timestamp_are_quarantined_not_a_panic() {
+    let p = Project::init();
+    p.edit(
+        "contracts/orders.odcs.yaml",
+        "      - name: \"ordered_at\"\n        logicalType: \"timestamp\"\n",
+        "      - name: \"ordered_at\"\n        logicalType: \"timestamp\"\n        logicalTypeOptions: {defaultTimezone: Europe/Paris}\n",
+    );
+    let data = [
+        r#"{"order_id": 1, "customer": "acme", "amount": 10.0, "status": "paid", "ordered_at": "2024-01-01T10:00:00"}"#,
+        r#"{"order_id": 2, "customer": "acme", "amount": 20.0, "status": "paid", "ordered_at": "2024-01-0é:00:00"}"#,
+        r#"{"order_id": 3, "customer": "globex", "amount": 5.0, "status": "paid", "ordered_at": "2024-01-01\u00e9\u00e9\u00e9"}"#,
+        r#"{"order_id": 4, "customer": "globex", "amount": 1.0, "status": "paid", "ordered_at": "日本語の時刻です"}"#,
+    ]
+    .join("\n");
+    p.write("data/orders.jsonl", &format!("{data}\n"));
+    let r = p.run(&["run", "--format", "json"]);
+    check_report(&r, 1, 3, 1);
+    let q = quarantined(&p);
+    let lines: Vec<(u64, &str)> = q
+        .iter()
+        .map(|l| {
+            (
+                l["position"]["line"].as_u64().unwrap(),
+                l["field"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        lines,
+        vec![(2, "ordered_at"), (3, "ordered_at"), (4, "ordered_at")],
+        "{q:#?}"
+    );
+}

@@ -25,6 +25,8 @@ use std::time::{Duration, Instant};
 
 use etlantic_sinks as _;
 
+mod common;
+
 const QUERY: &str = "q-7f3a";
 
 fn schema() -> SchemaRef {
@@ -349,4 +351,31 @@ async fn without_transactions_the_sink_is_plain_at_least_once() {
     assert_eq!(s.last_committed_batch(QUERY).await.unwrap(), None);
     assert_eq!(ids(&read_all(&bs, "alerts")), vec![0, 0, 1, 1]);
     assert_eq!(read_all(&bs, "alerts.etlantic-progress"), vec![]);
+}
+
+/// A batch run has no checkpoint: every run of the same plan (same fingerprint, batch 0)
+/// is a new write. The sink used to find the first run's progress marker and skip the
+/// second run's rows while the run reported success.
+#[test]
+fn every_batch_run_into_kafka_writes_its_rows() {
+    let (_c, bs) = cluster("revenue", 1);
+    let p = common::Project::init();
+    p.edit(
+        "profiles/local.yaml",
+        "customer_revenue: file://out/customer_revenue.csv",
+        &format!("customer_revenue: kafka://{bs}/revenue"),
+    );
+    for run in 1..=2u64 {
+        let r = p.run(&["run", "--format", "json"]);
+        r.ok();
+        let report = r.stdout_json();
+        assert_eq!(report["sinks"][0]["rows"], 3, "run {run}: {report:#}");
+        let customers: Vec<String> = read_all(&bs, "revenue")
+            .into_iter()
+            .map(|(_, v)| v["customer"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(customers.len() as u64, 3 * run, "run {run}: {customers:?}");
+    }
+    // Batch runs keep no progress markers.
+    assert_eq!(read_all(&bs, "revenue.etlantic-progress"), vec![]);
 }
