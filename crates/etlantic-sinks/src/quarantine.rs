@@ -12,6 +12,11 @@
 //! `query_id`, and when it replays a micro-batch after a crash it skips the records that
 //! the crashed attempt already wrote for that `(query_id, batch_id)`, so each record is
 //! quarantined once.
+//!
+//! A crash in the middle of an append can leave a torn last line (no newline). Such a
+//! line was never reported as written (a write returns only after `fsync`), so
+//! [`QuarantineWriter::open`] cuts it off, as the checkpoint logs cut their torn tails,
+//! and [`read_quarantine`] ignores it; the replayed batch writes the record again.
 
 use etlantic_core::data::RejectedRecord;
 use etlantic_core::diagnostics::{codes, Error, Result};
@@ -36,7 +41,8 @@ fn io(what: &str, path: &Path, e: std::io::Error) -> Error {
 }
 
 impl QuarantineWriter {
-    /// Opens `path` for appending, creating it and its parent directories.
+    /// Opens `path` for appending, creating it and its parent directories, and cuts off a
+    /// torn last line (see the [module docs](self)).
     pub fn open(path: impl Into<PathBuf>) -> Result<Self> {
         let path = path.into();
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -44,9 +50,11 @@ impl QuarantineWriter {
         }
         let file = OpenOptions::new()
             .create(true)
+            .read(true)
             .append(true)
             .open(&path)
             .map_err(|e| io("open", &path, e))?;
+        cut_torn_tail(&file).map_err(|e| io("repair the tail of", &path, e))?;
         Ok(QuarantineWriter { path, file })
     }
 
@@ -125,10 +133,55 @@ impl QuarantineWriter {
     }
 }
 
-/// Reads a quarantine file back (one JSON value per line).
+/// Truncates `file` after its last newline when its last byte is not one (a torn append),
+/// and makes the truncation durable.
+fn cut_torn_tail(file: &File) -> std::io::Result<()> {
+    use std::io::{Read, Seek, SeekFrom};
+    let len = file.metadata()?.len();
+    if len == 0 {
+        return Ok(());
+    }
+    let mut reader = file;
+    let mut end = len;
+    let mut buf = vec![0u8; 64 * 1024];
+    // Scan backwards, a block at a time, for the last newline.
+    let keep = loop {
+        let start = end.saturating_sub(buf.len() as u64);
+        let block = &mut buf[..(end - start) as usize];
+        reader.seek(SeekFrom::Start(start))?;
+        reader.read_exact(block)?;
+        if end == len && block.last() == Some(&b'\n') {
+            return Ok(());
+        }
+        if let Some(i) = block.iter().rposition(|b| *b == b'\n') {
+            break start + i as u64 + 1;
+        }
+        if start == 0 {
+            break 0;
+        }
+        end = start;
+    };
+    file.set_len(keep)?;
+    file.sync_all()
+}
+
+/// Reads a quarantine file back (one JSON value per line). A last line without its
+/// newline is a torn or unfinished append and is not read; any other line that is not
+/// JSON is an error (`ETL706`).
 pub fn read_quarantine(path: impl AsRef<Path>) -> Result<Vec<Value>> {
     let path = path.as_ref();
-    let text = std::fs::read_to_string(path).map_err(|e| io("read", path, e))?;
+    let bytes = std::fs::read(path).map_err(|e| io("read", path, e))?;
+    // Bytes first: a torn tail may end inside a multi-byte character.
+    let complete = match bytes.iter().rposition(|b| *b == b'\n') {
+        Some(i) => &bytes[..=i],
+        None => &[],
+    };
+    let text = std::str::from_utf8(complete).map_err(|e| {
+        Error::new(
+            &codes::IO_ERROR,
+            format!("quarantine file `{}` is not UTF-8: {e}", path.display()),
+        )
+    })?;
     text.lines()
         .filter(|l| !l.trim().is_empty())
         .map(|l| {

@@ -350,3 +350,71 @@ fn quarantine_appends_json_lines_durably() {
         "ETL505"
     );
 }
+
+/// A crash in the middle of an append leaves a torn last line: reading skips it, and
+/// opening the writer cuts it off so the next append starts on a line of its own. Cut at
+/// every byte of the last line (one of them inside a two-byte character), and with a last
+/// line longer than the writer's 64 KiB backwards scan.
+#[test]
+fn a_torn_last_quarantine_line_is_cut_off_on_open() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("q.jsonl");
+    for long in [false, true] {
+        let raw = if long {
+            format!("{{\"note\":\"é{}\"}}", "x".repeat(100_000))
+        } else {
+            "{\"note\":\"café\"}".to_string()
+        };
+        let _ = std::fs::remove_file(&path);
+        let mut w = QuarantineWriter::open(&path).unwrap();
+        w.write(
+            "run-1",
+            Some(0),
+            &[rejected("ETL701", None, Some(1), None, "first")],
+        )
+        .unwrap();
+        w.write(
+            "run-1",
+            Some(1),
+            &[rejected("ETL701", None, Some(2), None, &raw)],
+        )
+        .unwrap();
+        drop(w);
+        let whole = std::fs::read(&path).unwrap();
+        let first_end = whole.iter().position(|b| *b == b'\n').unwrap() + 1;
+        let cuts: Vec<usize> = if long {
+            vec![first_end + 1, first_end + 70_000, whole.len() - 1]
+        } else {
+            (first_end..whole.len()).collect()
+        };
+        for cut in cuts {
+            std::fs::write(&path, &whole[..cut]).unwrap();
+            let lines = read_quarantine(&path).unwrap();
+            assert_eq!(lines.len(), 1, "cut at {cut}");
+            assert_eq!(lines[0]["raw"], "first");
+            let mut w = QuarantineWriter::open(&path).unwrap();
+            assert_eq!(
+                std::fs::read(&path).unwrap(),
+                whole[..first_end],
+                "cut at {cut}"
+            );
+            w.write(
+                "run-2",
+                Some(1),
+                &[rejected("ETL701", None, Some(2), None, &raw)],
+            )
+            .unwrap();
+            let lines = read_quarantine(&path).unwrap();
+            assert_eq!(lines.len(), 2, "cut at {cut}");
+            assert_eq!(lines[1]["raw"], raw.as_str());
+        }
+    }
+    // A torn first line leaves an empty file.
+    std::fs::write(&path, b"{\"code\":\"ETL7").unwrap();
+    assert!(read_quarantine(&path).unwrap().is_empty());
+    drop(QuarantineWriter::open(&path).unwrap());
+    assert_eq!(std::fs::read(&path).unwrap(), b"");
+    // Damage before the last line is an error, never skipped.
+    std::fs::write(&path, b"not json\n{\"code\":\"ETL701\"}\n").unwrap();
+    assert_eq!(read_quarantine(&path).unwrap_err().code(), "ETL706");
+}

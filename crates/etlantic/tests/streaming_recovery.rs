@@ -407,6 +407,30 @@ fn a_commit_torn_by_a_machine_crash_runs_its_batch_again() {
     }
 }
 
+/// A machine crash in the middle of a quarantine append leaves a torn last line. The
+/// restart used to fail on it (ETL706) every time; now it cuts the torn line off, runs
+/// the batch again and writes its records once.
+#[test]
+fn a_quarantine_line_torn_by_a_crash_is_cut_off_and_written_again() {
+    let reference = reference();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    project(dir);
+    // Batch 2 quarantines the bad timestamp of file 2, then dies in its sink.
+    let o = run(dir, Some("in_sink:2"));
+    assert_eq!(o.status.signal(), Some(6), "{}", describe(&o));
+    let path = dir.join("out/quarantine.jsonl");
+    let bytes = std::fs::read(&path).unwrap();
+    let body = &bytes[..bytes.len() - 1];
+    let last_line = body.iter().rposition(|b| *b == b'\n').unwrap() + 1;
+    let torn = &bytes[..last_line + (bytes.len() - last_line) / 2];
+    std::fs::write(&path, torn).unwrap();
+    assert!(!torn.ends_with(b"\n"));
+
+    run_ok(dir);
+    check_finished(dir, &reference, "torn quarantine line");
+}
+
 #[test]
 fn a_finished_query_restarted_does_nothing_and_keeps_its_output() {
     let reference = reference();

@@ -6,6 +6,7 @@
 //! type; over integers, dates and timestamps they keep a plain `i64` instead, which
 //! needs no encoding and no allocation per value.
 
+use super::operators::{corrupt_state, state_column};
 use crate::expr::types::is_integer;
 use arrow::array::{
     Array, ArrayRef, AsArray, Decimal128Array, Float64Array, Int64Array, PrimitiveArray,
@@ -479,69 +480,88 @@ impl Accumulators {
         })
     }
 
-    /// Rebuilds group states from snapshot columns (as written by `state_columns`).
+    /// Rebuilds group states from snapshot columns (as written by `state_columns`). A
+    /// missing column or one of another type is `ETL801`: snapshots come from disk.
     pub fn restore(&self, batch: &RecordBatch) -> Result<Vec<Vec<Acc>>> {
+        const OP: &str = "aggregation";
         let n = batch.num_rows();
         let mut groups: Vec<Vec<Acc>> = (0..n).map(|_| self.init()).collect();
+        let col = |name: &str| {
+            batch
+                .column_by_name(name)
+                .cloned()
+                .ok_or_else(|| corrupt_state(OP, format!("no column `{name}`")))
+        };
         for (i, s) in self.specs.iter().enumerate() {
-            let col = |name: &str| {
-                batch.column_by_name(name).cloned().ok_or_else(|| {
-                    Error::new(
-                        &codes::CHECKPOINT_CORRUPT,
-                        format!("state has no column `{name}`"),
-                    )
-                })
-            };
             match s.func {
                 AggFunc::Average => {
-                    let sums = f64s(&col(&format!("{}__sum", s.name))?)?;
-                    let counts = col(&format!("{}__count", s.name))?;
-                    let counts = counts.as_any().downcast_ref::<Int64Array>().expect("i64");
+                    let sums: Float64Array = state_column(batch, &format!("{}__sum", s.name), OP)?;
+                    let counts: Int64Array =
+                        state_column(batch, &format!("{}__count", s.name), OP)?;
                     for (r, g) in groups.iter_mut().enumerate() {
                         g[i] = Acc::Avg(sums.value(r), counts.value(r));
                     }
                 }
                 _ if s.keeps_int() => {
-                    let values = i64s(&col(&s.name)?)?;
+                    let c = col(&s.name)?;
+                    // Written in the input type (see `state_columns`).
+                    if Some(c.data_type()) != s.input_type.as_ref() {
+                        return Err(corrupt_state(
+                            OP,
+                            format!("column `{}` is {}", s.name, c.data_type()),
+                        ));
+                    }
+                    let values = i64s(&c)?;
                     for (r, g) in groups.iter_mut().enumerate() {
                         g[i] = Acc::Int(values.is_valid(r).then(|| values.value(r)));
                     }
                 }
                 _ => {
-                    let c = col(&s.name)?;
-                    for (r, g) in groups.iter_mut().enumerate() {
-                        g[i] = match &g[i] {
-                            Acc::Count(_) => Acc::Count(
-                                c.as_any()
-                                    .downcast_ref::<Int64Array>()
-                                    .expect("i64")
-                                    .value(r),
-                            ),
-                            Acc::SumI(_) => {
-                                let a = c.as_any().downcast_ref::<Int64Array>().expect("i64");
-                                Acc::SumI(a.is_valid(r).then(|| a.value(r)))
+                    let init = match groups.first() {
+                        Some(g) => &g[i],
+                        None => continue,
+                    };
+                    match init {
+                        Acc::Count(_) => {
+                            let a: Int64Array = state_column(batch, &s.name, OP)?;
+                            for (r, g) in groups.iter_mut().enumerate() {
+                                g[i] = Acc::Count(a.value(r));
                             }
-                            Acc::SumF(_) => {
-                                let a = c.as_any().downcast_ref::<Float64Array>().expect("f64");
-                                Acc::SumF(a.is_valid(r).then(|| a.value(r)))
+                        }
+                        Acc::SumI(_) => {
+                            let a: Int64Array = state_column(batch, &s.name, OP)?;
+                            for (r, g) in groups.iter_mut().enumerate() {
+                                g[i] = Acc::SumI(a.is_valid(r).then(|| a.value(r)));
                             }
-                            Acc::SumD(_) => {
-                                let a = c
-                                    .as_any()
-                                    .downcast_ref::<Decimal128Array>()
-                                    .expect("decimal");
-                                Acc::SumD(a.is_valid(r).then(|| a.value(r)))
+                        }
+                        Acc::SumF(_) => {
+                            let a: Float64Array = state_column(batch, &s.name, OP)?;
+                            for (r, g) in groups.iter_mut().enumerate() {
+                                g[i] = Acc::SumF(a.is_valid(r).then(|| a.value(r)));
                             }
-                            _ => Acc::Row(None),
-                        };
-                    }
-                    if s.uses_rows() {
-                        let conv = self.converters[i].as_ref().expect("converter");
-                        let rows = conv
-                            .convert_columns(std::slice::from_ref(&c))
-                            .map_err(engine)?;
-                        for (r, g) in groups.iter_mut().enumerate() {
-                            g[i] = Acc::Row(c.is_valid(r).then(|| rows.row(r).owned()));
+                        }
+                        Acc::SumD(_) => {
+                            let a: Decimal128Array = state_column(batch, &s.name, OP)?;
+                            for (r, g) in groups.iter_mut().enumerate() {
+                                g[i] = Acc::SumD(a.is_valid(r).then(|| a.value(r)));
+                            }
+                        }
+                        _ => {
+                            let c = col(&s.name)?;
+                            for g in groups.iter_mut() {
+                                g[i] = Acc::Row(None);
+                            }
+                            if s.uses_rows() {
+                                let conv = self.converters[i]
+                                    .as_ref()
+                                    .expect("row aggregates have converters");
+                                let rows = conv.convert_columns(std::slice::from_ref(&c)).map_err(
+                                    |e| corrupt_state(OP, format!("column `{}`: {e}", s.name)),
+                                )?;
+                                for (r, g) in groups.iter_mut().enumerate() {
+                                    g[i] = Acc::Row(c.is_valid(r).then(|| rows.row(r).owned()));
+                                }
+                            }
                         }
                     }
                 }

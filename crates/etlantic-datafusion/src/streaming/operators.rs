@@ -95,9 +95,37 @@ pub struct StateMetrics {
     pub memory_bytes: u64,
 }
 
+/// The state a snapshot holds is damaged or of another shape than the operator's
+/// (`ETL801`).
+pub(crate) fn corrupt_state(operator: &str, message: impl std::fmt::Display) -> Error {
+    Error::new(
+        &codes::CHECKPOINT_CORRUPT,
+        format!("the {operator} state in the checkpoint does not fit the query: {message}"),
+    )
+    .with_help("the checkpoint was written by another query or is damaged: restore it from a backup, or start the query on a new checkpoint")
+}
+
+/// The column `name` of a state snapshot as an array of type `T`, or `ETL801` when it is
+/// missing or of another type (a snapshot is read from disk: never trusted to fit).
+pub(crate) fn state_column<T: Array + Clone + 'static>(
+    state: &RecordBatch,
+    name: &str,
+    operator: &str,
+) -> Result<T> {
+    let col = state
+        .column_by_name(name)
+        .ok_or_else(|| corrupt_state(operator, format!("no column `{name}`")))?;
+    col.as_any()
+        .downcast_ref::<T>()
+        .cloned()
+        .ok_or_else(|| corrupt_state(operator, format!("column `{name}` is {}", col.data_type())))
+}
+
 /// A stateful operator of the streaming runtime.
 ///
 /// # Invariants an implementer must keep
+/// - `restore` never panics on what it reads: a snapshot is read from disk, and a missing
+///   column or one of another type is `ETL801` ([`state_column`] helps).
 /// - `process` is deterministic: the same input, watermarks and prior state give the same
 ///   output and the same new state (micro-batches are replayed after a failure).
 /// - `snapshot` captures everything `process` depends on; `restore(snapshot())` on a
@@ -1043,41 +1071,29 @@ impl StatefulOperator for AggregateOperator {
     }
 
     fn restore(&mut self, state: &RecordBatch) -> Result<()> {
+        const OP: &str = "aggregation";
         let col = |name: &str| {
-            state.column_by_name(name).cloned().ok_or_else(|| {
-                Error::new(
-                    &codes::CHECKPOINT_CORRUPT,
-                    format!("aggregation state has no column `{name}`"),
-                )
-            })
+            state
+                .column_by_name(name)
+                .cloned()
+                .ok_or_else(|| corrupt_state(OP, format!("no column `{name}`")))
         };
-        let starts = col("__start")?;
-        let starts = starts
-            .as_any()
-            .downcast_ref::<Int64Array>()
-            .expect("i64")
-            .clone();
-        let ends = col("__end")?;
-        let ends = ends
-            .as_any()
-            .downcast_ref::<Int64Array>()
-            .expect("i64")
-            .clone();
-        let ek = col("__event_key")?;
-        let ek = ek
-            .as_any()
-            .downcast_ref::<Int64Array>()
-            .expect("i64")
-            .clone();
+        let starts: Int64Array = state_column(state, "__start", OP)?;
+        let ends: Int64Array = state_column(state, "__end", OP)?;
+        let ek: Int64Array = state_column(state, "__event_key", OP)?;
         // Checkpoints written before TTL existed have no update times.
-        let updated_ms = state
-            .column_by_name(UPDATED_COLUMN)
-            .and_then(|c| c.as_any().downcast_ref::<Int64Array>().cloned());
+        let updated_ms: Option<Int64Array> = match state.column_by_name(UPDATED_COLUMN) {
+            Some(_) => Some(state_column(state, UPDATED_COLUMN, OP)?),
+            None => None,
+        };
         let key_cols: Vec<ArrayRef> = key_fields(&self.layout)
             .iter()
             .map(|f| col(&format!("__key_{}", f.name())))
             .collect::<Result<_>>()?;
-        let rows = self.keys.convert_columns(&key_cols).map_err(engine)?;
+        let rows = self
+            .keys
+            .convert_columns(&key_cols)
+            .map_err(|e| corrupt_state(OP, format!("group keys: {e}")))?;
         let accs = self.accs.restore(state)?;
         self.store.clear();
         self.sessions.clear();
@@ -1467,17 +1483,9 @@ impl StatefulOperator for DedupOperator {
     }
 
     fn restore(&mut self, state: &RecordBatch) -> Result<()> {
-        let bad = || Error::new(&codes::CHECKPOINT_CORRUPT, "dedup state is malformed");
-        let keys = state.column_by_name("__key").ok_or_else(bad)?;
-        let keys = keys
-            .as_any()
-            .downcast_ref::<arrow::array::BinaryArray>()
-            .ok_or_else(bad)?;
-        let values = state.column_by_name("__value").ok_or_else(bad)?;
-        let values = values
-            .as_any()
-            .downcast_ref::<Int64Array>()
-            .ok_or_else(bad)?;
+        const OP: &str = "dedup";
+        let keys: arrow::array::BinaryArray = state_column(state, "__key", OP)?;
+        let values: Int64Array = state_column(state, "__value", OP)?;
         self.seen = (0..state.num_rows())
             .map(|i| {
                 (
@@ -1487,10 +1495,11 @@ impl StatefulOperator for DedupOperator {
             })
             .collect();
         // Checkpoints written before TTL existed have no first-seen times.
-        self.first_seen_ms = match state
-            .column_by_name(UPDATED_COLUMN)
-            .and_then(|c| c.as_any().downcast_ref::<Int64Array>().cloned())
-        {
+        let first_seen: Option<Int64Array> = match state.column_by_name(UPDATED_COLUMN) {
+            Some(_) => Some(state_column(state, UPDATED_COLUMN, OP)?),
+            None => None,
+        };
+        self.first_seen_ms = match first_seen {
             Some(t) => (0..state.num_rows())
                 .filter(|i| t.is_valid(*i))
                 .map(|i| (keys.value(i).to_vec(), t.value(i)))
@@ -1714,5 +1723,52 @@ mod tests {
                 .collect();
             assert_eq!(actual(&again.rows[0]), doubled, "{geometry:?}");
         }
+    }
+
+    /// A snapshot whose columns have other types than the operator's (another query's
+    /// checkpoint, damage) is ETL801 on restore, never a panic; the operator's own
+    /// snapshot restores.
+    #[test]
+    fn restoring_state_of_another_shape_is_etl801_not_a_panic() {
+        let batch = input(1_000);
+        let ctx = OpContext {
+            late_watermark_us: 0,
+            evict_watermark_us: 0,
+            has_watermark: true,
+            output_mode: OutputMode::Update,
+            accept_late: false,
+            processing_time_ms: 0,
+        };
+        let mut op = operator(Geometry::Tumbling(10 * SEC));
+        op.process(std::slice::from_ref(&batch), &ctx).unwrap();
+        let snap = op.snapshot().unwrap();
+        operator(Geometry::Tumbling(10 * SEC))
+            .restore(&snap)
+            .unwrap();
+        let schema = snap.schema();
+        for (i, field) in schema.fields().iter().enumerate() {
+            for to in [DataType::Int32, DataType::Utf8, DataType::Float64] {
+                if field.data_type() == &to {
+                    continue;
+                }
+                let Ok(col) = cast(snap.column(i), &to) else {
+                    continue;
+                };
+                let mut fields: Vec<Field> =
+                    schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+                fields[i] = Field::new(field.name(), to.clone(), true);
+                let mut cols = snap.columns().to_vec();
+                cols[i] = col;
+                let bad = RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).unwrap();
+                let err = operator(Geometry::Tumbling(10 * SEC))
+                    .restore(&bad)
+                    .expect_err(&format!("`{}` as {to}", field.name()));
+                assert_eq!(err.code(), "ETL801", "`{}` as {to}: {err}", field.name());
+            }
+        }
+        // A column missing.
+        let mut dedup = DedupOperator::new(batch.schema(), vec!["k".into()], None, None).unwrap();
+        let err = dedup.restore(&snap).unwrap_err();
+        assert_eq!(err.code(), "ETL801", "{err}");
     }
 }

@@ -636,7 +636,10 @@ impl StatefulOperator for ProcessorOperator {
                     .map_err(|e| corrupt(e.to_string()))?,
             )
         };
-        let rows = self.converter.convert_columns(&key_cols).map_err(engine)?;
+        let rows = self
+            .converter
+            .convert_columns(&key_cols)
+            .map_err(|e| corrupt(format!("keys: {e}")))?;
         let kinds = col("__kind")?;
         let kinds = kinds
             .as_any()
