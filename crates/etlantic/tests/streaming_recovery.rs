@@ -431,6 +431,121 @@ fn a_quarantine_line_torn_by_a_crash_is_cut_off_and_written_again() {
     check_finished(dir, &reference, "torn quarantine line");
 }
 
+/// Runs the pipeline with extra arguments.
+fn run_with(dir: &Path, extra: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_etlantic"))
+        .current_dir(dir)
+        .args(["run", "pipeline.yaml", "--format", "json"])
+        .args(extra)
+        .env_remove("ETLANTIC_FAIL_POINT")
+        .output()
+        .expect("the etlantic binary runs")
+}
+
+/// An available-now backfill stops after `--max-batches` micro-batches (it used to run
+/// to the end regardless), leaving only committed batches; the next runs go on from the
+/// checkpoint and end as the uninterrupted run.
+#[test]
+fn an_available_now_backfill_stops_at_max_batches_and_resumes() {
+    let reference = reference();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    project(dir);
+    let chk = dir.join("chk");
+    let mut expected_commits = 0u64;
+    for step in [2u64, 3] {
+        let o = run_with(dir, &["--max-batches", &step.to_string()]);
+        assert!(o.status.success(), "{}", describe(&o));
+        expected_commits += step;
+        let log = batch_log(&chk);
+        let committed: Vec<u64> = log.commits.keys().copied().collect();
+        assert_eq!(
+            committed,
+            (0..expected_commits).collect::<Vec<_>>(),
+            "after --max-batches {step}"
+        );
+        assert!(
+            !log.offsets.contains_key(&expected_commits),
+            "no batch started after the last one allowed"
+        );
+    }
+    run_ok(dir);
+    check_finished(dir, &reference, "resumed backfill");
+}
+
+/// Ctrl-C (SIGINT) stops an available-now backfill after the current micro-batch: the
+/// process exits 0 with every started batch committed, and the next run finishes the
+/// backlog with the output of an uninterrupted run.
+#[test]
+fn ctrl_c_stops_an_available_now_backfill_cleanly_and_it_resumes() {
+    const EXTRA_FILES: usize = 400;
+    let setup = |dir: &Path| {
+        project(dir);
+        for i in 0..EXTRA_FILES {
+            // One click a file, 10 s apart from 06:00 on: every file a data batch.
+            let secs = 360 + 10 * i;
+            let line = format!(
+                r#"{{"ts": "2024-01-01T{:02}:{:02}:{:02}Z", "campaign": "c{}", "user": "u"}}"#,
+                secs / 3600,
+                secs / 60 % 60,
+                secs % 60,
+                i % 3
+            );
+            std::fs::write(dir.join(format!("in/{:03}.jsonl", 6 + i)), line + "\n").unwrap();
+        }
+    };
+    let whole = tempfile::tempdir().unwrap();
+    setup(whole.path());
+    run_ok(whole.path());
+    let expected = committed(whole.path());
+
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    setup(dir);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_etlantic"))
+        .current_dir(dir)
+        .args(["run", "pipeline.yaml", "--format", "json"])
+        .env_remove("ETLANTIC_FAIL_POINT")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait for the first progress record, then interrupt.
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
+    loop {
+        let line = lines.next().expect("a progress record").unwrap();
+        if line.contains("\"batchId\"") {
+            break;
+        }
+    }
+    let pid = child.id().to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let rest: Vec<String> = lines.map_while(|l| l.ok()).collect();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "exit {status:?}: {rest:?}");
+    assert!(
+        rest.iter().any(|l| l.contains("Ctrl-C")),
+        "the stop is announced: {rest:?}"
+    );
+    let log = batch_log(&dir.join("chk"));
+    let committed_ids: Vec<u64> = log.commits.keys().copied().collect();
+    let n = committed_ids.len() as u64;
+    assert!(
+        n < EXTRA_FILES as u64,
+        "stopped early, not at the end of the backlog: {n} batches"
+    );
+    assert_eq!(committed_ids, (0..n).collect::<Vec<_>>());
+    assert!(!log.offsets.contains_key(&n), "nothing started and left");
+
+    run_ok(dir);
+    assert_eq!(committed(dir), expected, "resumed after Ctrl-C");
+}
+
 #[test]
 fn a_finished_query_restarted_does_nothing_and_keeps_its_output() {
     let reference = reference();

@@ -896,11 +896,20 @@ impl StreamingQuery {
         Ok(ran)
     }
 
+    /// Whether the run must stop before its next micro-batch: asked to (Ctrl-C), or it
+    /// ran `max_batches`. Every trigger checks it between micro-batches, so a stopped
+    /// run leaves only committed batches behind and the next run goes on from there.
+    fn stop_requested(&self) -> bool {
+        self.opts.stop.load(Ordering::SeqCst)
+            || self.opts.max_batches.is_some_and(|m| self.batches_run >= m)
+    }
+
     /// Runs the query by its trigger until it finishes (available-now, once) or is stopped.
     pub async fn run(&mut self) -> Result<()> {
         match self.plan.profile.trigger.unwrap_or_default() {
             Trigger::AvailableNow => {
-                self.process_all_available().await?;
+                // A backfill can be long: it stops between micro-batches when asked.
+                while !self.stop_requested() && self.run_once().await? {}
             }
             Trigger::Once => {
                 // One micro-batch with everything available: like Spark's Trigger.Once,
@@ -908,10 +917,7 @@ impl StreamingQuery {
                 self.run_batch(true).await?;
             }
             Trigger::ProcessingTime(interval) | Trigger::Continuous(interval) => loop {
-                if self.opts.stop.load(Ordering::SeqCst) {
-                    break;
-                }
-                if self.opts.max_batches.is_some_and(|m| self.batches_run >= m) {
+                if self.stop_requested() {
                     break;
                 }
                 let started = Instant::now();
