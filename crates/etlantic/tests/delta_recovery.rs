@@ -349,6 +349,37 @@ fn update_mode_merged_into_delta_killed_and_restarted_keeps_one_row_per_window()
     }
 }
 
+/// Complete mode overwrites the whole table at every micro-batch (one Delta commit with
+/// the batch's `txn`): killed at every step, the restarted query leaves the table of the
+/// uninterrupted run, never a second copy of a result and never a half-replaced one.
+#[test]
+fn complete_mode_overwrites_killed_at_every_step_lose_and_duplicate_nothing() {
+    let binding = "delta://out/counts";
+    let (rows, versions, batches) = reference("complete", binding);
+    // Every window, the last one the watermark never closes included. Complete mode
+    // keeps all state and drops no late row (as Spark): the 00:30 click counts. No
+    // no-data batches in complete mode: the six files are batches 0-5.
+    let mut expected = closed_windows();
+    expected[0] = window("00:00", "01:00", "c1", 3);
+    expected.push(window("05:00", "06:00", "c1", 1));
+    expected.sort();
+    assert_eq!(rows, expected, "the uninterrupted run is right");
+    assert_eq!(batches, (0..6).collect::<Vec<_>>());
+    for point in [
+        "after_offsets",
+        "in_sink",
+        "after_sink",
+        "after_state",
+        "after_commit",
+    ] {
+        for batch in [0u64, 2, 3, 5] {
+            let (got, got_versions) = crash_and_recover("complete", binding, point, batch, true);
+            assert_eq!(got, rows, "{point}:{batch}: the Delta table differs");
+            assert_eq!(got_versions, versions, "{point}:{batch}: Delta commits");
+        }
+    }
+}
+
 #[test]
 fn a_batch_run_reads_a_delta_table_and_overwrites_another() {
     // First a streaming run fills `out/counts`; then a batch pipeline reads it (bounded

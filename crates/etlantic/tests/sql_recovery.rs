@@ -95,6 +95,20 @@ enum Case {
     PgAppend,
     SqliteAppend,
     PgUpsertUpdate,
+    /// Complete output mode: every micro-batch replaces the table's rows, in the same
+    /// transaction as its progress row.
+    PgComplete,
+    SqliteComplete,
+}
+
+impl Case {
+    fn sqlite(self) -> bool {
+        matches!(self, Case::SqliteAppend | Case::SqliteComplete)
+    }
+
+    fn complete(self) -> bool {
+        matches!(self, Case::PgComplete | Case::SqliteComplete)
+    }
 }
 
 struct Project {
@@ -113,21 +127,24 @@ impl Project {
         );
         let binding = match case {
             Case::PgAppend => format!("{PG}?table={schema}.counts"),
-            Case::SqliteAppend => "sqlite://out/counts.db?table=counts".to_string(),
+            Case::SqliteAppend | Case::SqliteComplete => {
+                "sqlite://out/counts.db?table=counts".to_string()
+            }
+            Case::PgComplete => format!("{PG}?table={schema}.counts"),
             Case::PgUpsertUpdate => {
                 format!("{PG}?table={schema}.counts&mode=upsert&keys=window_start,campaign")
             }
         };
-        if case != Case::SqliteAppend {
+        if !case.sqlite() {
             pg_exec(&format!(
                 "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
             ))
             .await;
         }
-        let mode = if case == Case::PgUpsertUpdate {
-            "update"
-        } else {
-            "append"
+        let mode = match case {
+            Case::PgUpsertUpdate => "update",
+            _ if case.complete() => "complete",
+            _ => "append",
         };
         let dir = tmp.path();
         write(dir, "pipeline.yaml", &PIPELINE.replace("OUTPUT_MODE", mode));
@@ -192,9 +209,10 @@ impl Project {
     }
 
     fn table(&self) -> String {
-        match self.case {
-            Case::SqliteAppend => "counts".into(),
-            _ => format!("{}.counts", self.schema),
+        if self.case.sqlite() {
+            "counts".into()
+        } else {
+            format!("{}.counts", self.schema)
         }
     }
 
@@ -204,8 +222,8 @@ impl Project {
             "SELECT CAST(window_start AS TEXT), CAST(window_end AS TEXT), campaign, CAST(n AS TEXT) FROM {}",
             self.table()
         );
-        let rows: Vec<(String, String, String, String)> = match self.case {
-            Case::SqliteAppend => {
+        let rows: Vec<(String, String, String, String)> = match self.case.sqlite() {
+            true => {
                 let path = self.dir().join("out/counts.db");
                 if !path.exists() {
                     return vec![];
@@ -217,7 +235,7 @@ impl Project {
                     Err(_) => return vec![], // no table yet
                 }
             }
-            _ => {
+            false => {
                 let mut c = sqlx::PgConnection::connect(PG).await.unwrap();
                 match sqlx::query_as(&sql).fetch_all(&mut c).await {
                     Ok(r) => r,
@@ -235,22 +253,22 @@ impl Project {
 
     /// The batch id in the progress row.
     async fn progress(&self) -> Option<i64> {
-        let sql = match self.case {
-            Case::SqliteAppend => "SELECT batch_id FROM _etlantic_sink_progress".to_string(),
-            _ => format!(
+        let sql = match self.case.sqlite() {
+            true => "SELECT batch_id FROM _etlantic_sink_progress".to_string(),
+            false => format!(
                 "SELECT batch_id FROM {}._etlantic_sink_progress",
                 self.schema
             ),
         };
-        match self.case {
-            Case::SqliteAppend => {
+        match self.case.sqlite() {
+            true => {
                 let o = sqlx::sqlite::SqliteConnectOptions::new()
                     .filename(self.dir().join("out/counts.db"));
                 let mut c = sqlx::SqliteConnection::connect_with(&o).await.ok()?;
                 let row = sqlx::query(&sql).fetch_optional(&mut c).await.ok()?;
                 row.and_then(|r| r.get::<Option<i64>, _>(0))
             }
-            _ => {
+            false => {
                 let mut c = sqlx::PgConnection::connect(PG).await.unwrap();
                 let row = sqlx::query(&sql).fetch_optional(&mut c).await.ok()?;
                 row.and_then(|r| r.get::<Option<i64>, _>(0))
@@ -259,7 +277,7 @@ impl Project {
     }
 
     async fn drop(self) {
-        if self.case != Case::SqliteAppend {
+        if !self.case.sqlite() {
             pg_exec(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema)).await;
         }
     }
@@ -310,13 +328,22 @@ async fn killed_and_restarted(case: Case, points: &[&str], batches: &[u64]) {
     reference.run_ok();
     let want = reference.rows().await;
     let mut expected = expected_summary();
-    if case == Case::PgUpsertUpdate {
-        // Update mode also emits the window the watermark has not closed yet.
+    if case == Case::PgUpsertUpdate || case.complete() {
+        // Update and complete modes also emit the window the watermark has not closed.
         expected.push(("05".into(), "c1".into(), "1".into()));
+    }
+    if case.complete() {
+        // Complete mode keeps all state and drops no late row (as Spark): the late
+        // 00:30 click counts.
+        expected.retain(|(m, c, _)| !(m == "00" && c == "c1"));
+        expected.push(("00".into(), "c1".into(), "3".into()));
+        expected.sort();
     }
     assert_eq!(summary(&want), expected, "{case:?}: the uninterrupted run");
     let last = reference.progress().await.expect("a progress row");
-    assert!(last >= 6, "{case:?}: progress {last}");
+    // Complete mode runs no no-data batches: the six files are batches 0-5.
+    let last_batch = if case.complete() { 5 } else { 6 };
+    assert!(last >= last_batch, "{case:?}: progress {last}");
     // A finished query restarted writes nothing.
     reference.run_ok();
     assert_eq!(reference.rows().await, want);
@@ -378,6 +405,18 @@ async fn sqlite_append_killed_at_every_step_loses_and_duplicates_nothing() {
 #[tokio::test]
 async fn postgres_upsert_in_update_mode_killed_at_every_step_loses_and_duplicates_nothing() {
     killed_and_restarted(Case::PgUpsertUpdate, &POINTS, &[0, 2, 4]).await;
+}
+
+/// Complete mode replaces the table at every micro-batch: a crash between the replace
+/// and the commit log must neither leave a half-replaced table nor append a second copy.
+#[tokio::test]
+async fn postgres_complete_mode_killed_at_every_step_loses_and_duplicates_nothing() {
+    killed_and_restarted(Case::PgComplete, &POINTS, &[0, 2, 3, 5]).await;
+}
+
+#[tokio::test]
+async fn sqlite_complete_mode_killed_at_every_step_loses_and_duplicates_nothing() {
+    killed_and_restarted(Case::SqliteComplete, &POINTS, &[0, 2, 3, 5]).await;
 }
 
 // ------------------------------------------------------------ the source: static side
