@@ -226,6 +226,22 @@ impl RowOrigins {
     }
 }
 
+/// Records a source could not read any more because they were gone (a Kafka
+/// partition's retention deleted them before the query read them). A source reports a
+/// loss only when its binding allows the query to go on past one (Spark's
+/// `failOnDataLoss=false`); otherwise it fails with `ETL712`. The runtime shows every loss
+/// in the micro-batch's progress record and in the run report.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataLoss {
+    /// The first record lost.
+    pub from: SourcePosition,
+    /// How many records were lost, when the source can tell (offsets `from..from+records`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub records: Option<u64>,
+    /// What happened, for people.
+    pub reason: String,
+}
+
 /// A record that did not pass its contract, with why and where from.
 ///
 /// Rejected records are never dropped: the runtime writes them to the quarantine output

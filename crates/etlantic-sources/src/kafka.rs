@@ -2,7 +2,7 @@
 //!
 //! # Binding
 //!
-//! `kafka://<bootstrap servers>/<topic>[,<topic>...]?startingOffsets=earliest|latest|<json>&maxOffsetsPerTrigger=N&format=json|raw&partitions=0,1&readTimeoutMs=30000&kafka.<librdkafka property>=<value>`
+//! `kafka://<bootstrap servers>/<topic>[,<topic>...]?startingOffsets=earliest|latest|<json>&maxOffsetsPerTrigger=N&format=json|raw&partitions=0,1&readTimeoutMs=30000&failOnDataLoss=true|false&kafka.<librdkafka property>=<value>`
 //!
 //! - `<bootstrap servers>` is librdkafka's `bootstrap.servers` (`host:port[,host:port]`),
 //!   `<topic>` one topic or a comma-separated list. A listed topic that does not exist
@@ -21,6 +21,8 @@
 //! - `partitions`: only read these partition numbers (of every topic).
 //! - `readTimeoutMs`: how long a read may wait for the records of its range (default
 //!   30000); a read that cannot get them fails with `ETL706` instead of hanging.
+//! - `failOnDataLoss` (Spark's option, default `true`; also `fail_on_data_loss`): what a
+//!   read does when records of its range are gone from the partition (see Data loss).
 //! - `kafka.<property>`: passed to librdkafka as is (e.g. `kafka.security.protocol=SSL`).
 //!
 //! # Columns
@@ -64,12 +66,26 @@
 //! Bounded (batch) runs read from the starting offsets to the high watermarks found when
 //! the run starts.
 //!
+//! # Data loss
+//!
+//! Retention deletes a partition's oldest records whether or not a query has read them.
+//! Before it reads a range, the source asks each partition for its earliest offset (its
+//! low watermark); records of the range below it are lost. By default (as Spark's
+//! `failOnDataLoss=true`) the read fails with `ETL712`, naming the topic, the partition
+//! and the lost offsets, and nothing past the gap is read; a starting offset given in
+//! `startingOffsets` that retention already deleted is a loss too. With
+//! `failOnDataLoss=false` the read goes on from the earliest offset still there and
+//! returns each gap in [`SourceBatch::lost`]: the runtime records it in the micro-batch's
+//! progress (`sources[].dataLoss`) and in the run report. The consumer runs with
+//! `auto.offset.reset=error`, so a range deleted between that check and the fetch fails
+//! the read instead of jumping silently to another offset (librdkafka's default).
+//!
 //! The Kafka client calls (metadata, watermarks, polling) are blocking librdkafka calls
 //! made from the source's async methods; they are bounded by timeouts.
 
 use crate::decode::{BatchBuilder, ContractDecoder, RecordProblem};
 use crate::fsutil::write_atomic;
-use etlantic_core::data::{Offset, SourcePosition};
+use etlantic_core::data::{DataLoss, Offset, SourcePosition};
 use etlantic_core::diagnostics::{codes, Error, Result};
 use etlantic_core::guarantee::SourceGuarantee;
 use etlantic_core::plugin::{
@@ -136,6 +152,8 @@ pub struct KafkaSourceOptions {
     pub format: ValueFormat,
     /// `readTimeoutMs`.
     pub read_timeout: Duration,
+    /// `failOnDataLoss`.
+    pub fail_on_data_loss: bool,
     /// `kafka.*` properties passed to librdkafka.
     pub client: BTreeMap<String, String>,
 }
@@ -183,6 +201,7 @@ impl KafkaSourceOptions {
             max_offsets_per_trigger: None,
             format: ValueFormat::Raw,
             read_timeout: Duration::from_secs(30),
+            fail_on_data_loss: true,
             client: BTreeMap::new(),
         };
         for (key, value) in &uri.params {
@@ -239,6 +258,13 @@ impl KafkaSourceOptions {
                             .ok_or_else(|| bad_param(uri, key, value, "milliseconds"))?,
                     )
                 }
+                "failOnDataLoss" | "fail_on_data_loss" => {
+                    o.fail_on_data_loss = match value.to_ascii_lowercase().as_str() {
+                        "true" => true,
+                        "false" => false,
+                        _ => return Err(bad_param(uri, key, value, "`true` or `false`")),
+                    }
+                }
                 k if k.starts_with("kafka.") => {
                     o.client.insert(k["kafka.".len()..].to_string(), value.clone());
                 }
@@ -246,7 +272,7 @@ impl KafkaSourceOptions {
                     return Err(Error::new(
                         &codes::BAD_URI,
                         format!(
-                            "binding `{}`: unknown parameter `{key}` (the Kafka source knows startingOffsets, maxOffsetsPerTrigger, format, partitions, readTimeoutMs and kafka.<property>)",
+                            "binding `{}`: unknown parameter `{key}` (the Kafka source knows startingOffsets, maxOffsetsPerTrigger, format, partitions, readTimeoutMs, failOnDataLoss and kafka.<property>)",
                             uri.redacted()
                         ),
                     ))
@@ -278,6 +304,16 @@ impl SourceProvider for KafkaSourceProvider {
     fn create(&self, ctx: SourceContext) -> Result<Box<dyn Source>> {
         Ok(Box::new(KafkaSource::new(ctx)?))
     }
+}
+
+/// `ETL712`: offsets `from..to` of `topic`/`partition` were deleted before they were read.
+fn data_lost(asset: &str, topic: &str, partition: i32, from: i64, to: i64) -> Error {
+    Error::new(
+        &codes::SOURCE_DATA_LOST,
+        format!(
+            "asset `{asset}`: offsets {from}..{to} of topic `{topic}` partition {partition} are gone (deleted by retention before the query read them)"
+        ),
+    )
 }
 
 /// An `ETL706` error for a failed Kafka call.
@@ -371,7 +407,10 @@ impl KafkaSource {
             .set("enable.auto.offset.store", "false")
             .set("enable.partition.eof", "false")
             .set("allow.auto.create.topics", "false")
-            .set("isolation.level", "read_committed");
+            .set("isolation.level", "read_committed")
+            // An assigned offset that no longer exists is an error, never a silent jump
+            // to the end of the partition (see Data loss).
+            .set("auto.offset.reset", "error");
         for (k, v) in &options.client {
             config.set(k, v);
         }
@@ -454,7 +493,9 @@ impl KafkaSource {
             let pos = match wanted {
                 -2 => lo,
                 -1 => hi,
-                n => n.clamp(lo, hi),
+                // Below the earliest offset: kept, so that the first read reports the
+                // records retention took as lost (see Data loss).
+                n => n.clamp(0, hi),
             };
             map.entry(t.clone()).or_default().insert(*p, pos);
         }
@@ -658,6 +699,18 @@ impl KafkaSource {
                         }
                     }
                 }
+                Some(Err(KafkaError::MessageConsumption(
+                    rdkafka::types::RDKafkaErrorCode::AutoOffsetReset,
+                ))) => {
+                    // Deleted between the low-watermark check and the fetch: the next read
+                    // of the range finds the gap and reports it (see Data loss).
+                    let (k, (b, e)) = pending
+                        .iter()
+                        .next()
+                        .map(|(k, v)| (k.clone(), *v))
+                        .unwrap_or_default();
+                    return Err(data_lost(&self.asset, &k.0, k.1, b, e));
+                }
                 Some(Err(e)) => return Err(kafka_error("read records", e)),
             }
             if !pending.is_empty() && Instant::now() > deadline {
@@ -737,13 +790,30 @@ impl Source for KafkaSource {
             .collect();
         let begin = self.begin(start, &parts)?;
         let mut ranges = BTreeMap::new();
+        let mut out = SourceBatch::default();
         for (t, p) in &parts {
-            let b = begin[t][p];
+            let mut b = begin[t][p];
             let e = end[t][p];
+            if e > b {
+                let (lo, _) = self.watermarks(t, *p)?;
+                if lo > b {
+                    let gone = lo.min(e);
+                    if self.options.fail_on_data_loss {
+                        return Err(data_lost(&self.asset, t, *p, b, gone));
+                    }
+                    out.lost.push(DataLoss {
+                        from: self.position(t, *p, b),
+                        records: Some((gone - b) as u64),
+                        reason: format!(
+                            "offsets {b}..{gone} of {t}/{p} were deleted (retention) before the query read them; going on from {gone} (failOnDataLoss=false)"
+                        ),
+                    });
+                    b = gone;
+                }
+            }
             ranges.insert((t.clone(), *p), (b, e));
         }
         let records = self.fetch(&ranges)?;
-        let mut out = SourceBatch::default();
         let mut builder: BatchBuilder = self.decoder.builder();
         for ((topic, partition), recs) in &records {
             // Good records with consecutive offsets make one origin run.

@@ -705,6 +705,15 @@ fn run_plan(p: &PipelinePlan, root: &Path, format: Format, max_batches: Option<u
                     v["batchId"], v["kind"].as_str().unwrap_or(""), v["numInputRows"], v["sink"]["numOutputRows"],
                     v["quarantinedRows"], v["lateRows"], state, v["batchDuration"]
                 );
+                    for s in v["sources"].as_array().into_iter().flatten() {
+                        for l in s["dataLoss"].as_array().into_iter().flatten() {
+                            eprintln!(
+                                "warning: data loss in {}: {}",
+                                s["description"].as_str().unwrap_or(""),
+                                l["reason"].as_str().unwrap_or("")
+                            );
+                        }
+                    }
                 } else {
                     eprintln!("{v}");
                 }
@@ -741,6 +750,9 @@ fn run_plan(p: &PipelinePlan, root: &Path, format: Format, max_batches: Option<u
                     "  source {:<16} {} rows read, {} quarantined",
                     s.id, s.rows, s.rejected
                 );
+                for l in &s.data_loss {
+                    println!("  source {:<16} data loss: {}", s.id, l.reason);
+                }
             }
             for s in &report.sinks {
                 if s.rows_unknown {

@@ -31,6 +31,10 @@ pub struct SourceReport {
     pub rows: u64,
     /// Records quarantined.
     pub rejected: u64,
+    /// Records that were gone before they were read and that the binding let the run go
+    /// on without (e.g. Kafka's `failOnDataLoss=false`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub data_loss: Vec<etlantic_core::data::DataLoss>,
 }
 
 /// Counts for one sink.
@@ -314,6 +318,7 @@ async fn run_batch_inner(
             report.quarantined += rejected;
         }
         let origins = batch.origins;
+        let data_loss = batch.lost;
         let mut table = Table::new(source.schema(), batch.batches);
         // The contract's quality rules the decoder did not check, on the whole input.
         let gate = QualityGate::for_asset(
@@ -339,6 +344,7 @@ async fn run_batch_inner(
             id: s.id.clone(),
             rows: table.num_rows() as u64,
             rejected,
+            data_loss,
         });
         relations.insert(s.id.clone(), table);
     }
@@ -605,64 +611,77 @@ pub async fn run_streaming(plan: &PipelinePlan, ctx: &RunContext, run: Streaming
         HashMap::<String, u64>::new(),
         0u64,
         0u64,
+        HashMap::<String, Vec<etlantic_core::data::DataLoss>>::new(),
     )));
     let quality_totals = std::sync::Arc::new(std::sync::Mutex::new(Vec::<QualityReport>::new()));
     let sink_rows_unknown = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let result: Result<()> = async {
-        let checkpoint = checkpoint_dir(plan, ctx)?;
-        let resolver_ctx = ctx.clone();
-        let t = totals.clone();
-        let quality = quality_totals.clone();
-        let unknown = sink_rows_unknown.clone();
-        let user = run.on_progress.clone();
-        let listener: etlantic_datafusion::streaming::ProgressListener =
-            std::sync::Arc::new(move |p: &serde_json::Value| {
-                if let Ok(mut g) = t.lock() {
-                    for s in p["sources"].as_array().into_iter().flatten() {
-                        let id = s["description"]
-                            .as_str()
-                            .unwrap_or("")
-                            .split(' ')
-                            .next()
-                            .unwrap_or("")
-                            .to_string();
-                        *g.0.entry(id).or_default() += s["numInputRows"].as_u64().unwrap_or(0);
+    let result: Result<()> =
+        async {
+            let checkpoint = checkpoint_dir(plan, ctx)?;
+            let resolver_ctx = ctx.clone();
+            let t = totals.clone();
+            let quality = quality_totals.clone();
+            let unknown = sink_rows_unknown.clone();
+            let user = run.on_progress.clone();
+            let listener: etlantic_datafusion::streaming::ProgressListener =
+                std::sync::Arc::new(move |p: &serde_json::Value| {
+                    if let Ok(mut g) = t.lock() {
+                        for s in p["sources"].as_array().into_iter().flatten() {
+                            let id = s["description"]
+                                .as_str()
+                                .unwrap_or("")
+                                .split(' ')
+                                .next()
+                                .unwrap_or("")
+                                .to_string();
+                            *g.0.entry(id.clone()).or_default() +=
+                                s["numInputRows"].as_u64().unwrap_or(0);
+                            if let Ok(lost) = serde_json::from_value::<
+                                Vec<etlantic_core::data::DataLoss>,
+                            >(s["dataLoss"].clone())
+                            {
+                                g.3.entry(id).or_default().extend(lost);
+                            }
+                        }
+                        g.1 += p["sink"]["numOutputRows"].as_u64().unwrap_or(0);
+                        if p["sink"]["numOutputRows"].as_i64().is_some_and(|n| n < 0) {
+                            unknown.store(true, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        g.2 += p["quarantinedRows"].as_u64().unwrap_or(0);
                     }
-                    g.1 += p["sink"]["numOutputRows"].as_u64().unwrap_or(0);
-                    if p["sink"]["numOutputRows"].as_i64().is_some_and(|n| n < 0) {
-                        unknown.store(true, std::sync::atomic::Ordering::Relaxed);
+                    if let Ok(mut q) = quality.lock() {
+                        for c in p["quality"].as_array().into_iter().flatten() {
+                            let Ok(count) = serde_json::from_value::<RuleCount>(c.clone()) else {
+                                continue;
+                            };
+                            QualityReport::add(
+                                &mut q,
+                                c["asset"].as_str().unwrap_or_default(),
+                                &count,
+                            );
+                        }
                     }
-                    g.2 += p["quarantinedRows"].as_u64().unwrap_or(0);
-                }
-                if let Ok(mut q) = quality.lock() {
-                    for c in p["quality"].as_array().into_iter().flatten() {
-                        let Ok(count) = serde_json::from_value::<RuleCount>(c.clone()) else {
-                            continue;
-                        };
-                        QualityReport::add(&mut q, c["asset"].as_str().unwrap_or_default(), &count);
+                    if let Some(u) = &user {
+                        u(p);
                     }
-                }
-                if let Some(u) = &user {
-                    u(p);
-                }
-            });
-        if let Some(region) = whole_query_region(plan) {
-            return run_whole_query(plan, ctx, region, checkpoint, listener, &run)
-                .await
-                .map(|run_id| report.run_id = run_id);
+                });
+            if let Some(region) = whole_query_region(plan) {
+                return run_whole_query(plan, ctx, region, checkpoint, listener, &run)
+                    .await
+                    .map(|run_id| report.run_id = run_id);
+            }
+            let mut opts =
+                etlantic_datafusion::streaming::StreamingOptions::new(ctx.root.clone(), checkpoint);
+            opts.resolve =
+                std::sync::Arc::new(move |s| resolve_secrets(s, &resolver_ctx.secrets_profile));
+            opts.on_progress = Some(listener);
+            opts.stop = run.stop.clone();
+            opts.max_batches = run.max_batches;
+            let mut q = etlantic_datafusion::streaming::StreamingQuery::start(plan, opts).await?;
+            report.run_id = q.run_id().to_string();
+            q.run().await
         }
-        let mut opts =
-            etlantic_datafusion::streaming::StreamingOptions::new(ctx.root.clone(), checkpoint);
-        opts.resolve =
-            std::sync::Arc::new(move |s| resolve_secrets(s, &resolver_ctx.secrets_profile));
-        opts.on_progress = Some(listener);
-        opts.stop = run.stop.clone();
-        opts.max_batches = run.max_batches;
-        let mut q = etlantic_datafusion::streaming::StreamingQuery::start(plan, opts).await?;
-        report.run_id = q.run_id().to_string();
-        q.run().await
-    }
-    .await;
+        .await;
     if let Err(e) = result {
         let scrub = Scrubber::for_plan(plan, ctx);
         report.status = "failed".into();
@@ -676,6 +695,7 @@ pub async fn run_streaming(plan: &PipelinePlan, ctx: &RunContext, run: Streaming
                 id: s.id.clone(),
                 rows: g.0.get(&s.id).copied().unwrap_or(0),
                 rejected: 0,
+                data_loss: g.3.get(&s.id).cloned().unwrap_or_default(),
             })
             .collect();
         report.sinks = vec![SinkReport {

@@ -417,3 +417,118 @@ fn the_plan_shows_the_kafka_guarantees_with_their_condition() {
         "{text}"
     );
 }
+
+/// Offsets deleted by retention before the query read them: by default the run fails
+/// with ETL712 naming topic, partition and range (it used to skip them silently); with
+/// `failOnDataLoss=false` it goes on, and the loss is in the progress record and the run
+/// report.
+#[test]
+fn offsets_lost_to_retention_fail_the_run_unless_allowed_and_then_are_reported() {
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic("orders", 1, 1).unwrap();
+    let bs = cluster.bootstrap_servers();
+    let p: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", &bs)
+        .set("batch.num.messages", "1")
+        .set("message.max.bytes", "2000000")
+        .create()
+        .unwrap();
+    let send = |i: i64, pad: &str| {
+        let v = json!({"id": i, "amount": 10 + i, "user": pad}).to_string();
+        p.send(
+            BaseRecord::<str, str>::to("orders")
+                .partition(0)
+                .payload(&v),
+        )
+        .map_err(|(e, _)| e)
+        .unwrap();
+        p.flush(Duration::from_secs(10)).unwrap();
+    };
+    for i in 0..3 {
+        send(i, "u");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let profile = |extra: &str| {
+        format!(
+            "apiVersion: etlantic/v1\nkind: Profile\nname: local\nmode: streaming\ntrigger: available_now\ncheckpoint: file://chk\nbindings:\n  orders: kafka://{bs}/orders?format=json&maxOffsetsPerTrigger=1{extra}\n  big: file://out/big/?format=jsonl\nquarantine: file://out/quarantine.jsonl\n"
+        )
+    };
+    for (path, text) in [
+        ("pipeline.yaml", PIPELINE.to_string()),
+        ("profiles/local.yaml", profile("")),
+        ("contracts/orders.yaml", ORDERS.to_string()),
+        ("contracts/big.yaml", BIG.to_string()),
+    ] {
+        let p = dir.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    let run_args = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_etlantic"))
+            .current_dir(dir)
+            .args(["run", "pipeline.yaml", "--format", "json"])
+            .args(extra)
+            .env_remove("ETLANTIC_FAIL_POINT")
+            .output()
+            .unwrap()
+    };
+    // One micro-batch reads offset 0.
+    let o = run_args(&["--max-batches", "1"]);
+    assert!(o.status.success(), "{}", describe(&o));
+    // Retention (the mock keeps 5 MB a partition) deletes offsets 1.. before they are read.
+    let pad = "x".repeat(300_000);
+    for i in 3..33 {
+        send(i, &pad);
+    }
+    let c: rdkafka::consumer::BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &bs)
+        .create()
+        .unwrap();
+    let (lo, hi) =
+        rdkafka::consumer::Consumer::fetch_watermarks(&c, "orders", 0, Duration::from_secs(5))
+            .unwrap();
+    assert!(lo > 3, "retention deleted the unread offsets: {lo}..{hi}");
+
+    let o = run_args(&[]);
+    assert_eq!(o.status.code(), Some(4), "{}", describe(&o));
+    let report: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let err = &report["errors"][0];
+    assert_eq!(err["code"], "ETL712", "{report:#}");
+    let msg = err["message"].as_str().unwrap();
+    assert!(
+        msg.contains("topic `orders` partition 0") && msg.contains("offsets 1..2"),
+        "{msg}"
+    );
+
+    std::fs::write(
+        dir.join("profiles/local.yaml"),
+        profile("&failOnDataLoss=false"),
+    )
+    .unwrap();
+    let o = run_args(&[]);
+    assert!(o.status.success(), "{}", describe(&o));
+    let report: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let losses = report["sources"][0]["data_loss"].as_array().unwrap();
+    // One offset per micro-batch (maxOffsetsPerTrigger=1): each deleted offset is a loss.
+    let lost: u64 = losses.iter().map(|l| l["records"].as_u64().unwrap()).sum();
+    assert_eq!(lost, lo as u64 - 1, "{report:#}");
+    assert_eq!(losses[0]["from"]["topic"], "orders");
+    assert_eq!(losses[0]["from"]["offset"], 1);
+    let progress = std::fs::read_to_string(dir.join("chk/progress.jsonl")).unwrap();
+    let recorded: u64 = progress
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .flat_map(|p| {
+            p["sources"][0]["dataLoss"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .map(|l| l["records"].as_u64().unwrap())
+        .sum();
+    assert_eq!(recorded, lo as u64 - 1, "each loss is in a progress record");
+    // Every record that was still there was read.
+    let rows = committed(dir);
+    assert_eq!(rows.len() as i64, 1 + (hi - lo), "{rows:?}");
+}

@@ -459,6 +459,13 @@ fn options_are_checked() {
     };
     assert_eq!(m["a"][&0], 5);
     assert_eq!(o.client["client.id"], "x");
+    assert!(o.fail_on_data_loss, "Spark's default");
+    let lenient = BindingUri::parse("kafka://h:1/t?failOnDataLoss=false").unwrap();
+    assert!(
+        !KafkaSourceOptions::from_uri(&lenient)
+            .unwrap()
+            .fail_on_data_loss
+    );
     for bad in [
         "kafka://host:1",
         "kafka:///t",
@@ -466,6 +473,7 @@ fn options_are_checked() {
         "kafka://h:1/t?maxOffsetsPerTrigger=0",
         "kafka://h:1/t?startingOffsets=middle",
         "kafka://h:1/t?what=1",
+        "kafka://h:1/t?failOnDataLoss=maybe",
     ] {
         let u = BindingUri::parse(bad).unwrap();
         assert_eq!(
@@ -474,4 +482,96 @@ fn options_are_checked() {
             "{bad}"
         );
     }
+}
+
+/// Produces `n` records of about 300 KB, one produce request each, so that the mock
+/// cluster (which keeps at most 5 MB per partition, dropping its oldest message sets)
+/// deletes the oldest records as retention would.
+fn produce_until_retention_deletes(bootstrap: &str, topic: &str, n: usize) {
+    let p: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("batch.num.messages", "1")
+        .set("message.max.bytes", "2000000")
+        .create()
+        .unwrap();
+    let pad = "x".repeat(300_000);
+    for i in 0..n {
+        let v = json!({"id": 1000 + i as i64, "name": pad}).to_string();
+        p.send(BaseRecord::<str, str>::to(topic).partition(0).payload(&v))
+            .map_err(|(e, _)| e)
+            .unwrap();
+        p.flush(Duration::from_secs(10)).unwrap();
+    }
+}
+
+/// Offsets retention deleted before the query read them fail the read with ETL712,
+/// naming the topic, the partition and the lost offsets (Spark's failOnDataLoss, the
+/// default); they used to be skipped silently. With `failOnDataLoss=false` the read goes
+/// on from the earliest offset left and reports the gap.
+#[tokio::test]
+async fn offsets_lost_to_retention_fail_the_read_or_are_reported() {
+    let (_c, bs) = cluster_with("t", 1);
+    produce_ids(&producer(&bs), "t", 1, 0..3);
+    let dir = tempfile::tempdir().unwrap();
+    let limit = ReadLimit::unlimited();
+    let strict = format!("kafka://{bs}/t?format=json&maxOffsetsPerTrigger=1");
+    let mut src = source(&strict, json_schema(), Some(dir.path()));
+    let e0 = src.latest_offset(None, &limit).await.unwrap().unwrap();
+    assert_eq!(ids(&src.read(None, &e0).await.unwrap()), vec![0]);
+    drop(src);
+
+    produce_until_retention_deletes(&bs, "t", 30);
+    let probe: rdkafka::consumer::BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &bs)
+        .create()
+        .unwrap();
+    let (lo, hi) =
+        rdkafka::consumer::Consumer::fetch_watermarks(&probe, "t", 0, Duration::from_secs(5))
+            .unwrap();
+    assert!(
+        lo > 3,
+        "the mock's retention deleted the first records: {lo}..{hi}"
+    );
+
+    // The query goes on from offset 1: its next range starts in the deleted part.
+    let mut src = source(
+        &format!("kafka://{bs}/t?format=json"),
+        json_schema(),
+        Some(dir.path()),
+    );
+    let end = src.latest_offset(Some(&e0), &limit).await.unwrap().unwrap();
+    let err = src.read(Some(&e0), &end).await.unwrap_err();
+    assert_eq!(err.code(), "ETL712", "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("topic `t` partition 0") && text.contains(&format!("offsets 1..{lo}")),
+        "{text}"
+    );
+
+    let mut lenient = source(
+        &format!("kafka://{bs}/t?format=json&failOnDataLoss=false"),
+        json_schema(),
+        Some(dir.path()),
+    );
+    let b = lenient.read(Some(&e0), &end).await.unwrap();
+    let got = ids(&b);
+    assert_eq!(
+        got.len() as i64,
+        hi - lo,
+        "every record still there is read"
+    );
+    assert_eq!(b.lost.len(), 1, "{:?}", b.lost);
+    assert_eq!(b.lost[0].from.topic.as_deref(), Some("t"));
+    assert_eq!(b.lost[0].from.partition, Some(0));
+    assert_eq!(b.lost[0].from.offset, Some(1));
+    assert_eq!(b.lost[0].records, Some(lo as u64 - 1));
+    assert!(b.lost[0].reason.contains("failOnDataLoss=false"));
+
+    // A new query asking to start at an offset retention deleted is a loss too.
+    let specific =
+        format!("kafka://{bs}/t?format=json&startingOffsets=%7B%22t%22%3A%7B%220%22%3A2%7D%7D");
+    let fresh = tempfile::tempdir().unwrap();
+    let mut src = source(&specific, json_schema(), Some(fresh.path()));
+    let end = src.latest_offset(None, &limit).await.unwrap().unwrap();
+    assert_eq!(src.read(None, &end).await.unwrap_err().code(), "ETL712");
 }

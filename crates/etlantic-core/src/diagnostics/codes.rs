@@ -287,6 +287,12 @@ catalogue! {
     CONNECTOR_MISSING = ("ETL711", "connector-missing", Execution, Error,
         "The engine a region runs on lacks the connector a source or sink needs (such as Spark without its Kafka or Delta jars).",
         "Add the connector to the cluster (for Spark, its `spark.jars.packages` or jars directory), or bind the asset to a format the cluster reads.");
+    SOURCE_DATA_LOST = ("ETL712", "source-data-lost", Execution, Error,
+        "Records the query had yet to read are gone from the source (deleted by retention, or the log was truncated).",
+        "Nothing was read past the gap. Raise the source's retention or run the query more often; to go on without the lost records, set the binding's `failOnDataLoss=false` (each loss is then recorded in the progress and the run report).");
+    SOURCE_FILE_CHANGED = ("ETL713", "source-file-changed", Execution, Error,
+        "A source file changed (appended, truncated or replaced) after the stream picked it up, so a replay would read other bytes than the first read.",
+        "Write source files elsewhere and move them into the directory when complete (files named with a leading `.` or `_` are ignored until renamed); to go on, quarantine the changed file (`on_error: quarantine`) or restore it.");
 
     // ---- checkpoint ----
     CHECKPOINT_CORRUPT = ("ETL801", "checkpoint-corrupt", Checkpoint, Error,

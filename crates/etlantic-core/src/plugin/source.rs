@@ -1,7 +1,7 @@
 //! The source plugin contract.
 
 use crate::contract::Contract;
-use crate::data::{Offset, RejectedRecord, RowOrigins};
+use crate::data::{DataLoss, Offset, RejectedRecord, RowOrigins};
 use crate::diagnostics::Result;
 use crate::guarantee::SourceGuarantee;
 use crate::streaming::ExecutionMode;
@@ -42,6 +42,9 @@ pub struct SourceBatch {
     /// Where the good rows came from, row for row (empty when the source does not say;
     /// a source that fills it must cover every row of `batches`, in order).
     pub origins: RowOrigins,
+    /// Records of the range that were gone when it was read and that the binding allowed
+    /// the query to go on without (see [`DataLoss`]).
+    pub lost: Vec<DataLoss>,
 }
 
 impl SourceBatch {
@@ -114,7 +117,9 @@ impl SourceContext {
 ///   restart, until `commit(end)` has been called for an offset at or after `end`.
 /// - `read` never drops a record silently: a record that cannot be decoded into the
 ///   schema, or that breaks the contract's record-level rules, is returned in
-///   [`SourceBatch::rejected`] with its position and raw text.
+///   [`SourceBatch::rejected`] with its position and raw text. Records of the range that
+///   no longer exist (deleted by retention) fail the read with `ETL712`, unless the
+///   binding allows going on, and then each gap is returned in [`SourceBatch::lost`].
 /// - `commit(end)` only lets the source forget data up to `end`; it must be idempotent.
 #[async_trait]
 pub trait Source: Send + Sync {

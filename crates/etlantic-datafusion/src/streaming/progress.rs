@@ -17,6 +17,9 @@ pub struct SourceProgress {
     pub end_offset: Option<Value>,
     /// Rows read.
     pub num_input_rows: u64,
+    /// Records the source could not read any more and went on without
+    /// (`failOnDataLoss=false`).
+    pub lost: Vec<etlantic_core::data::DataLoss>,
 }
 
 /// Per-operator figures of a batch.
@@ -162,7 +165,7 @@ impl ProgressBuilder {
                 sources
                     .into_iter()
                     .map(|s| {
-                        json!({
+                        let mut v = json!({
                             "description": s.description,
                             "startOffset": s.start_offset,
                             "endOffset": s.end_offset,
@@ -170,7 +173,11 @@ impl ProgressBuilder {
                             "numInputRows": s.num_input_rows,
                             "inputRowsPerSecond": s.num_input_rows as f64 / secs,
                             "processedRowsPerSecond": s.num_input_rows as f64 / secs,
-                        })
+                        });
+                        if !s.lost.is_empty() {
+                            v["dataLoss"] = json!(s.lost);
+                        }
+                        v
                     })
                     .collect(),
             ),

@@ -187,6 +187,9 @@ struct SinkRt {
 #[derive(Default)]
 struct BatchStats {
     input_rows: HashMap<String, u64>,
+    /// Per source: records gone before they were read that the binding let the query go
+    /// on without.
+    lost: HashMap<String, Vec<etlantic_core::data::DataLoss>>,
     /// Records quarantined in the batch: rejected while decoding, taken out by a quality
     /// rule, or late under the `quarantine` policy.
     rejected: u64,
@@ -1161,6 +1164,9 @@ impl StreamingQuery {
                     let start = range.start.clone().map(Offset);
                     let b = s.source.read(start.as_ref(), &Offset(end.clone())).await?;
                     rejected.extend(b.rejected);
+                    if !b.lost.is_empty() {
+                        stats.lost.insert(s.id.clone(), b.lost);
+                    }
                     (Table::new(schema, b.batches), b.origins)
                 }
                 _ => (Table::empty(schema), RowOrigins::default()),
@@ -1610,6 +1616,7 @@ impl StreamingQuery {
                     start_offset: r.and_then(|r| r.start.clone()),
                     end_offset: r.and_then(|r| r.end.clone()),
                     num_input_rows: stats.input_rows.get(&s.id).copied().unwrap_or(0),
+                    lost: stats.lost.remove(&s.id).unwrap_or_default(),
                 }
             })
             .collect();
