@@ -352,3 +352,94 @@ async fn read_ahead_never_changes_what_a_batch_reads() {
         assert_eq!(src.latest_offset(Some(&o3), &one).await.unwrap(), Some(o3));
     }
 }
+
+/// A file that changes after the stream picked it up — appended, truncated, rewritten
+/// with the same size, deleted — is never read with other bytes than the first read: the
+/// read returns it as one ETL713 record naming the file, with none of its rows; the other
+/// files of the batch are read. The check runs on replays and on reads ahead too.
+#[tokio::test]
+async fn a_file_changed_after_it_was_picked_up_is_rejected_not_reread() {
+    type Change = fn(&Path);
+    let changes: [(&str, Change, &str); 4] = [
+        (
+            "appended",
+            |p| {
+                use std::io::Write;
+                let mut f = std::fs::OpenOptions::new().append(true).open(p).unwrap();
+                f.write_all(b"{\"id\":99,\"note\":\"late\"}\n").unwrap();
+            },
+            "grew from",
+        ),
+        (
+            "truncated",
+            |p| {
+                let f = std::fs::OpenOptions::new().write(true).open(p).unwrap();
+                f.set_len(5).unwrap();
+            },
+            "shrank from",
+        ),
+        (
+            "rewritten",
+            |p| {
+                let len = std::fs::metadata(p).unwrap().len() as usize;
+                let text = format!("{{\"id\":7,\"note\":\"{}\"}}\n", "z".repeat(len - 19));
+                assert_eq!(text.len(), len);
+                std::fs::write(p, text).unwrap();
+                let f = std::fs::File::options().write(true).open(p).unwrap();
+                f.set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(5))
+                    .unwrap();
+            },
+            "was rewritten",
+        ),
+        (
+            "deleted",
+            |p| std::fs::remove_file(p).unwrap(),
+            "was deleted",
+        ),
+    ];
+    for read_ahead in [false, true] {
+        for (label, change, reason) in changes {
+            let label = format!("{label}, read_ahead={read_ahead}");
+            let tmp = tempfile::tempdir().unwrap();
+            let root = tmp.path();
+            let input = root.join("in");
+            let state = root.join("checkpoint/sources/0");
+            event_file(&input, "a.jsonl", &[1, 2]);
+            event_file(&input, "b.jsonl", &[3, 4]);
+            event_file(&input, "c.jsonl", &[5]);
+            let uri = format!("file://in?read_ahead={read_ahead}");
+            let mut src = streaming(root, &uri, &state);
+            let one = ReadLimit {
+                max_files: Some(2),
+                max_records: None,
+            };
+            let o0 = src.latest_offset(None, &one).await.unwrap().unwrap();
+            let first = src.read(None, &o0).await.unwrap();
+            assert_eq!(ids(&first), vec![1, 2, 3, 4], "{label}");
+            // b.jsonl changes after its batch read it; c.jsonl after it was assigned (and,
+            // with read_ahead, while it is being read ahead).
+            let o1 = src.latest_offset(Some(&o0), &one).await.unwrap().unwrap();
+            change(&input.join("b.jsonl"));
+            change(&input.join("c.jsonl"));
+            let next = src.read(Some(&o0), &o1).await.unwrap();
+            assert!(ids(&next).is_empty(), "{label}: {:?}", ids(&next));
+            assert_eq!(next.rejected.len(), 1, "{label}");
+            let r = &next.rejected[0];
+            assert_eq!(r.code, "ETL713", "{label}");
+            assert_eq!(r.position.file.as_deref(), Some("in/c.jsonl"), "{label}");
+            assert!(r.reason.contains(reason), "{label}: {}", r.reason);
+            assert!(r.raw.is_empty());
+            // A replay of the first batch after a restart: a.jsonl as before, b.jsonl
+            // rejected.
+            drop(src);
+            let mut src = streaming(root, &uri, &state);
+            let replay = src.read(None, &o0).await.unwrap();
+            assert_eq!(ids(&replay), vec![1, 2], "{label}");
+            assert_eq!(replay.rejected.len(), 1, "{label}");
+            assert_eq!(
+                replay.rejected[0].position.file.as_deref(),
+                Some("in/b.jsonl")
+            );
+        }
+    }
+}

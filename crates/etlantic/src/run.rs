@@ -786,20 +786,13 @@ async fn run_whole_query(
     // The Spark Connect client blocks: it runs on a blocking thread.
     tokio::task::spawn_blocking(move || {
         let query = SparkStreamingQuery::start_with(&plan, &options)?;
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .map_err(|e| {
-                Error::new(
-                    &codes::IO_ERROR,
-                    format!("cannot open {}: {e}", log_path.display()),
-                )
-            })?;
+        let log = std::sync::Mutex::new(
+            etlantic_datafusion::streaming::progress::ProgressLog::new(&options.checkpoint),
+        );
         let log_failed = std::sync::atomic::AtomicBool::new(false);
         let record = |p: &serde_json::Value| {
-            use std::io::Write;
-            if writeln!(&log, "{p}").is_err() {
+            let appended = log.lock().map(|mut l| l.append(p).is_ok()).unwrap_or(false);
+            if !appended {
                 log_failed.store(true, std::sync::atomic::Ordering::Relaxed);
             }
             listener(p)

@@ -135,21 +135,13 @@ fn offsets_and_files(dir: &Path) -> (BTreeMap<u64, Value>, BTreeMap<String, Vec<
         }
     }
     let mut files = BTreeMap::new();
-    if let Ok(entries) = std::fs::read_dir(chk.join("sources/0")) {
-        for e in entries {
-            let e = e.unwrap();
-            let name = e.file_name().to_string_lossy().into_owned();
-            if name.parse::<u64>().is_err() {
-                continue;
-            }
-            let v: Value = serde_json::from_str(&read(&e.path()).unwrap()).unwrap();
-            let list = v["files"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|f| f["path"].as_str().unwrap().to_string())
-                .collect();
-            files.insert(name, list);
+    let log = etlantic_sources::files::SeenLog::open(chk.join("sources/0")).unwrap();
+    for index in 0..=log.last_index().unwrap_or(0) {
+        if let Some(list) = log.files(index).unwrap() {
+            files.insert(
+                index.to_string(),
+                list.into_iter().map(|f| f.path).collect::<Vec<_>>(),
+            );
         }
     }
     (offsets, files)
@@ -544,6 +536,59 @@ fn ctrl_c_stops_an_available_now_backfill_cleanly_and_it_resumes() {
 
     run_ok(dir);
     assert_eq!(committed(dir), expected, "resumed after Ctrl-C");
+}
+
+/// A source file appended to after the stream picked it up (here: between the crash of
+/// its batch and the replay) is never read with its new bytes: the replay rejects the
+/// whole file with ETL713. Under `on_error: fail` the query stops with a diagnostic naming
+/// the file; under the default `quarantine` the file is quarantined and the query goes on.
+#[test]
+fn a_source_file_changed_before_its_replay_fails_or_is_quarantined() {
+    for fail in [true, false] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        project(dir);
+        if fail {
+            let profile = dir.join("profiles/local.yaml");
+            let text = std::fs::read_to_string(&profile).unwrap();
+            std::fs::write(&profile, text + "on_error: fail\n").unwrap();
+            // Without the malformed line of file 0, which `fail` would stop at first.
+            let f0 = dir.join("in/000.jsonl");
+            let text = std::fs::read_to_string(&f0).unwrap();
+            std::fs::write(&f0, text.replace("{not json\n", "")).unwrap();
+        }
+        let o = run(dir, Some("after_offsets:1"));
+        assert_eq!(o.status.signal(), Some(6), "{}", describe(&o));
+        use std::io::Write;
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(dir.join("in/001.jsonl"))
+            .unwrap()
+            .write_all((click("01:20", "c9", "u9") + "\n").as_bytes())
+            .unwrap();
+        let o = run(dir, None);
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        if fail {
+            assert_eq!(o.status.code(), Some(4), "{}", describe(&o));
+            assert!(text.contains("ETL705") && text.contains("ETL713"), "{text}");
+            assert!(text.contains("in/001.jsonl"), "{text}");
+            continue;
+        }
+        assert!(o.status.success(), "{}", describe(&o));
+        let q =
+            etlantic_sinks::quarantine::read_quarantine(dir.join("out/quarantine.jsonl")).unwrap();
+        let changed: Vec<&Value> = q.iter().filter(|l| l["code"] == "ETL713").collect();
+        assert_eq!(changed.len(), 1, "{q:#?}");
+        assert_eq!(changed[0]["position"]["file"], "in/001.jsonl");
+        assert_eq!(changed[0]["batch_id"], 1);
+        // None of the file's clicks (old or new) were counted.
+        let rows = committed(dir);
+        assert!(!rows.iter().any(|r| r.contains("c9")), "{rows:?}");
+        assert!(
+            rows.contains(&window("01:00", "02:00", "c1", 1)),
+            "01:05 c1 of file 1 not counted: {rows:?}"
+        );
+    }
 }
 
 #[test]

@@ -12,7 +12,8 @@
 //!                            written: one record per state write, every operator's
 //!                            changes in it (see super::state_log)
 //!   sources/<n>/             per-source state (e.g. the files a directory stream has seen)
-//!   progress.jsonl           one StreamingQueryProgress per micro-batch
+//!   progress.jsonl           one StreamingQueryProgress per micro-batch (rotated to
+//!                            progress.1.jsonl at 8 MiB, see `ProgressLog`)
 //!   .lock                    held by the running query
 //! ```
 //!
@@ -51,6 +52,7 @@
 //! leave and how it is repaired).
 
 use super::batch_log::BatchLog;
+use super::progress::ProgressLog;
 use super::state_log::{LogEntry, Logged, StateLog};
 use arrow::array::{
     new_null_array, Array, ArrayRef, AsArray, BooleanArray, RecordBatch, UInt64Array,
@@ -71,7 +73,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashSet};
 use std::fs::{self, File, OpenOptions};
-use std::io::{BufWriter, Write};
+use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -162,8 +164,8 @@ pub struct Checkpoint {
     root: PathBuf,
     log: BatchLog,
     state_log: Arc<StateLog>,
-    /// `progress.jsonl`, opened at the first record.
-    progress: Mutex<Option<File>>,
+    /// `progress.jsonl`, rotated (see [`ProgressLog`]).
+    progress: Mutex<ProgressLog>,
     _lock: Option<File>,
 }
 
@@ -193,11 +195,12 @@ impl Checkpoint {
             root.join("state-changes"),
             root.join("state"),
         )?);
+        let progress = Mutex::new(ProgressLog::new(&root));
         Ok(Checkpoint {
             root,
             log,
             state_log,
-            progress: Mutex::new(None),
+            progress,
             _lock: Some(lock),
         })
     }
@@ -331,25 +334,12 @@ impl Checkpoint {
         self.state_files().read_chain(op, version, identity)
     }
 
-    /// Appends a progress record to `progress.jsonl`.
+    /// Appends a progress record to `progress.jsonl` (rotated, see [`ProgressLog`]).
     pub fn append_progress(&self, progress: &Value) -> Result<()> {
-        let path = self.root.join("progress.jsonl");
-        let mut file = self.progress.lock().unwrap_or_else(|p| p.into_inner());
-        if file.is_none() {
-            *file = Some(
-                OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(&path)
-                    .map_err(|e| io_err(&path, e))?,
-            );
-        }
-        let mut line = serde_json::to_vec(progress).expect("progress serialises");
-        line.push(b'\n');
-        file.as_mut()
-            .expect("opened above")
-            .write_all(&line)
-            .map_err(|e| io_err(&path, e))
+        self.progress
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .append(progress)
     }
 }
 

@@ -4,8 +4,92 @@
 use super::checkpoint::OffsetEntry;
 use super::operators::StateMetrics;
 use chrono::{DateTime, SecondsFormat, Utc};
+use etlantic_core::diagnostics::{codes, Error, Result};
 use serde_json::{json, Map, Value};
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// The progress log of a query: one JSON record per micro-batch appended to
+/// `<checkpoint>/progress.jsonl`, which is rotated so that it never grows without bound.
+///
+/// When a record would take the file past its size limit ([`PROGRESS_ROTATE_BYTES`] by
+/// default), the file is renamed to `progress.1.jsonl` (replacing the previous one) and a
+/// new `progress.jsonl` starts: the log keeps the newest records, between one and two
+/// limits' worth. The records are for people and tools (`etlantic status`); recovery
+/// never reads them, so they are not synced.
+#[derive(Debug)]
+pub struct ProgressLog {
+    path: PathBuf,
+    file: Option<File>,
+    len: u64,
+    limit: u64,
+}
+
+/// The default size at which `progress.jsonl` is rotated (8 MiB: some 5,000 micro-batches
+/// of a query with a few operators).
+pub const PROGRESS_ROTATE_BYTES: u64 = 8 << 20;
+
+impl ProgressLog {
+    /// The progress log in checkpoint directory `dir` (nothing is opened yet).
+    pub fn new(dir: &Path) -> Self {
+        Self::with_limit(dir, PROGRESS_ROTATE_BYTES)
+    }
+
+    /// Like [`ProgressLog::new`] with another rotation size.
+    pub fn with_limit(dir: &Path, limit: u64) -> Self {
+        ProgressLog {
+            path: dir.join("progress.jsonl"),
+            file: None,
+            len: 0,
+            limit: limit.max(1),
+        }
+    }
+
+    /// The rotated predecessor of `progress.jsonl` in `dir`.
+    pub fn rotated_path(dir: &Path) -> PathBuf {
+        dir.join("progress.1.jsonl")
+    }
+
+    /// Appends one record, rotating first when it would pass the limit.
+    pub fn append(&mut self, record: &Value) -> Result<()> {
+        let io = |e: std::io::Error, path: &Path| {
+            Error::new(
+                &codes::IO_ERROR,
+                format!("cannot append to `{}`: {e}", path.display()),
+            )
+        };
+        let mut line = serde_json::to_vec(record).map_err(|e| io(e.into(), &self.path))?;
+        line.push(b'\n');
+        if self.file.is_none() {
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&self.path)
+                .map_err(|e| io(e, &self.path))?;
+            self.len = f.metadata().map(|m| m.len()).unwrap_or(0);
+            self.file = Some(f);
+        }
+        if self.len > 0 && self.len + line.len() as u64 > self.limit {
+            self.file = None;
+            let dir = self.path.parent().unwrap_or(Path::new("."));
+            std::fs::rename(&self.path, Self::rotated_path(dir)).map_err(|e| io(e, &self.path))?;
+            self.file = Some(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&self.path)
+                    .map_err(|e| io(e, &self.path))?,
+            );
+            self.len = 0;
+        }
+        let file = self.file.as_mut().expect("opened above");
+        file.write_all(&line).map_err(|e| io(e, &self.path))?;
+        self.len += line.len() as u64;
+        Ok(())
+    }
+}
 
 /// Per-source figures of a batch.
 pub struct SourceProgress {
@@ -248,4 +332,54 @@ pub fn quality_json(counts: &[(String, crate::quality::RuleCount)]) -> Value {
             })
             .collect(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 100,000 micro-batches' records leave at most two files, each under the limit, the
+    /// newest records last in `progress.jsonl` and none torn.
+    #[test]
+    fn the_progress_log_rotates_and_keeps_the_newest_records() {
+        let tmp = tempfile::tempdir().unwrap();
+        let limit = 256 * 1024;
+        let mut log = ProgressLog::with_limit(tmp.path(), limit);
+        for batch in 0..100_000u64 {
+            log.append(&json!({"batchId": batch, "numInputRows": batch % 7}))
+                .unwrap();
+        }
+        let mut names: Vec<String> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, vec!["progress.1.jsonl", "progress.jsonl"]);
+        let read = |p: PathBuf| -> Vec<u64> {
+            let text = std::fs::read_to_string(&p).unwrap();
+            assert!(text.len() as u64 <= limit);
+            text.lines()
+                .map(|l| {
+                    serde_json::from_str::<Value>(l).unwrap()["batchId"]
+                        .as_u64()
+                        .unwrap()
+                })
+                .collect()
+        };
+        let older = read(ProgressLog::rotated_path(tmp.path()));
+        let newer = read(tmp.path().join("progress.jsonl"));
+        assert_eq!(*newer.last().unwrap(), 99_999);
+        // Consecutive across the two files.
+        let all: Vec<u64> = older.iter().chain(&newer).copied().collect();
+        assert!(all.windows(2).all(|w| w[1] == w[0] + 1));
+        assert!(all.len() > 1000);
+        // A restarted query appends to the current file and rotates at the same size.
+        drop(log);
+        let mut log = ProgressLog::with_limit(tmp.path(), limit);
+        log.append(&json!({"batchId": 100_000})).unwrap();
+        assert_eq!(
+            *read(tmp.path().join("progress.jsonl")).last().unwrap(),
+            100_000
+        );
+    }
 }

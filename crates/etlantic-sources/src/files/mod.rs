@@ -32,25 +32,35 @@
 //! location whose last segment has a known format extension is a file). Replayable.
 //!
 //! Streaming follows Spark's file stream source: the source keeps a log of the files it
-//! has seen under [`SourceContext::state_dir`] (the checkpoint's `sources/<n>/`), one
-//! JSON file per batch index listing the files assigned to it, written atomically
-//! (temporary file, `fsync`, rename). [`Source::latest_offset`] lists the directory,
-//! assigns unseen files (at most the file limit) to the next index, persists that
-//! assignment, and returns `{"index": n}`; [`Source::read`] reads exactly the files
-//! assigned to the indexes in `(start, end]`, also after a restart with a new instance.
-//! A file that changes after it was assigned is not read again.
+//! has seen under [`SourceContext::state_dir`] (the checkpoint's `sources/<n>/`; its
+//! layout and compaction in [`seen_log`]). [`Source::latest_offset`] lists the
+//! directory, assigns unseen files (at most the file limit) to the next index, persists
+//! that assignment with each file's size and modification time, and returns
+//! `{"index": n}`; [`Source::read`] reads exactly the files assigned to the indexes in
+//! `(start, end]`, also after a restart with a new instance. A file name is read once.
+//!
+//! Files must not change once they are in the directory (write them elsewhere, or under
+//! a name starting with `.` or `_`, and rename them into place). A file whose size or
+//! modification time differs from what was logged when it was picked up — appended,
+//! truncated, replaced or deleted — would make a replay read other bytes than the first
+//! read, so it is never read: the read returns it as one rejected record (`ETL713`, the
+//! file as its position, no raw text), checked before and after decoding it. The
+//! profile's `on_error` then decides: `fail` stops the query, `quarantine` records it
+//! and goes on without the file.
 //!
 //! Without a state directory (batch runs) the offset lists the files themselves:
 //! `{"files": ["a.jsonl", "b.jsonl"]}` covers those files (cumulatively), and `read`
 //! returns the files of `end` that are not in `start`. A plain file is one file.
 
 mod formats;
+pub mod seen_log;
 
 pub use formats::{CsvOptions, FileFormat};
+pub use seen_log::{LogEntry, LoggedFile, SeenLog};
 
 use crate::decode::ContractDecoder;
-use crate::fsutil::{io_error, write_atomic};
-use etlantic_core::data::Offset;
+use crate::fsutil::{display_relative, io_error};
+use etlantic_core::data::{Offset, RejectedRecord, SourcePosition};
 use etlantic_core::diagnostics::{codes, Error, Result};
 use etlantic_core::guarantee::SourceGuarantee;
 use etlantic_core::plugin::{
@@ -59,9 +69,8 @@ use etlantic_core::plugin::{
 };
 use etlantic_core::uri::BindingUri;
 use formats::ReadCtx;
-use serde::{Deserialize, Serialize};
 use serde_json::json;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 /// Default number of rows per Arrow batch.
@@ -202,88 +211,6 @@ impl SourceProvider for FileSourceProvider {
     }
 }
 
-/// One entry of the seen-files log: the files assigned to a batch index.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LogEntry {
-    /// Format version of the entry (1).
-    pub version: u32,
-    /// The batch index.
-    pub index: u64,
-    /// The files, in read order.
-    pub files: Vec<LoggedFile>,
-}
-
-/// A file in the seen-files log.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LoggedFile {
-    /// Path relative to the source directory.
-    pub path: String,
-    /// Size in bytes when it was listed.
-    pub size: u64,
-    /// Modification time when it was listed (epoch milliseconds).
-    pub modified_ms: i64,
-}
-
-/// The seen-files log under a state directory.
-#[derive(Debug)]
-struct SeenLog {
-    dir: PathBuf,
-    entries: BTreeMap<u64, Vec<String>>,
-    seen: HashSet<String>,
-}
-
-impl SeenLog {
-    fn load(dir: PathBuf) -> Result<Self> {
-        let mut log = SeenLog {
-            dir,
-            entries: BTreeMap::new(),
-            seen: HashSet::new(),
-        };
-        let listing = match std::fs::read_dir(&log.dir) {
-            Ok(l) => l,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(log),
-            Err(e) => return Err(io_error("list", &log.dir, e)),
-        };
-        for item in listing {
-            let item = item.map_err(|e| io_error("list", &log.dir, e))?;
-            let name = item.file_name().to_string_lossy().into_owned();
-            let Ok(index) = name.parse::<u64>() else {
-                continue;
-            };
-            let path = item.path();
-            let text = std::fs::read_to_string(&path).map_err(|e| io_error("read", &path, e))?;
-            let entry: LogEntry = serde_json::from_str(&text).map_err(|e| {
-                Error::new(
-                    &codes::CHECKPOINT_CORRUPT,
-                    format!("file source log entry `{}` is corrupt: {e}", path.display()),
-                )
-            })?;
-            let files: Vec<String> = entry.files.into_iter().map(|f| f.path).collect();
-            log.seen.extend(files.iter().cloned());
-            log.entries.insert(index, files);
-        }
-        Ok(log)
-    }
-
-    fn last_index(&self) -> Option<u64> {
-        self.entries.keys().next_back().copied()
-    }
-
-    fn append(&mut self, index: u64, files: Vec<LoggedFile>) -> Result<()> {
-        let entry = LogEntry {
-            version: 1,
-            index,
-            files,
-        };
-        let text = serde_json::to_string_pretty(&entry).expect("log entries serialise");
-        write_atomic(&self.dir.join(index.to_string()), text.as_bytes())?;
-        let names: Vec<String> = entry.files.into_iter().map(|f| f.path).collect();
-        self.seen.extend(names.iter().cloned());
-        self.entries.insert(index, names);
-        Ok(())
-    }
-}
-
 #[derive(Debug)]
 enum Position {
     Index(u64),
@@ -315,10 +242,30 @@ fn parse_offset(offset: &Offset) -> Result<Position> {
     Err(bad_offset(offset))
 }
 
+/// A file's size in bytes and modification time (epoch ms): what a stream logs when it
+/// picks the file up, and compares before it reads it.
+type Stamp = (u64, i64);
+
 struct Listed {
     name: String,
     size: u64,
     modified_ms: i64,
+}
+
+/// The size and modification time of a file now (`None`: it no longer exists).
+fn stat(path: &Path) -> Result<Option<Stamp>> {
+    match std::fs::metadata(path) {
+        Ok(meta) => Ok(Some((
+            meta.len(),
+            meta.modified()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map(|d| d.as_millis() as i64)
+                .unwrap_or(0),
+        ))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_error("stat", path, e)),
+    }
 }
 
 /// A `file://` source (see the [module docs](self)).
@@ -344,12 +291,13 @@ pub struct FileSource {
 /// Files decoded ahead of their micro-batch on a thread of their own: a stream's next
 /// files are known (the listing minus the seen files, up to the trigger's limit) before
 /// the driver asks for them, so their decoding overlaps the processing of the current
-/// micro-batch. Files are immutable once listed (as in Spark's file source), so what was
-/// read ahead is what a later read would read; it is used only when the next read asks
-/// for exactly these files, and a failed read-ahead is read again in the foreground,
-/// where its error is reported.
+/// micro-batch. A file that changes after it was listed is rejected by the read ahead as
+/// by any read (see the module docs), so what was read ahead is what a later read would
+/// read; it is used only when the next read asks for exactly these files (and sizes and
+/// times), and a failed read-ahead is read again in the foreground, where its error is
+/// reported.
 struct ReadAhead {
-    names: Vec<String>,
+    names: Vec<(String, Option<Stamp>)>,
     handle: std::thread::JoinHandle<Result<SourceBatch>>,
 }
 
@@ -362,7 +310,9 @@ struct ReadJob {
     csv: CsvOptions,
     batch_size: usize,
     columns_read: Option<HashSet<String>>,
-    files: Vec<(PathBuf, FileFormat)>,
+    /// The files, with their size and modification time as logged when a stream picked
+    /// them up (`None` in batch runs).
+    files: Vec<(PathBuf, FileFormat, Option<Stamp>)>,
 }
 
 impl ReadJob {
@@ -376,10 +326,57 @@ impl ReadJob {
             columns_read: self.columns_read.as_ref(),
         };
         let mut out = SourceBatch::default();
-        for (path, format) in &self.files {
-            formats::read_file(&ctx, path, *format, &mut out)?;
+        for (path, format, logged) in &self.files {
+            let Some(logged) = logged else {
+                formats::read_file(&ctx, path, *format, &mut out)?;
+                continue;
+            };
+            // Checked before and after decoding: a change while the file is read counts.
+            if let Some(changed) = self.changed(path, *logged)? {
+                out.rejected.push(changed);
+                continue;
+            }
+            let mut part = SourceBatch::default();
+            formats::read_file(&ctx, path, *format, &mut part)?;
+            if let Some(changed) = self.changed(path, *logged)? {
+                out.rejected.push(changed);
+                continue;
+            }
+            out.batches.extend(part.batches);
+            out.rejected.extend(part.rejected);
+            for run in part.origins.runs() {
+                out.origins.push_run(run.first.clone(), run.rows);
+            }
         }
         Ok(out)
+    }
+
+    /// The `ETL713` record of a file whose size or modification time is no longer the
+    /// logged one, if it changed.
+    fn changed(&self, path: &Path, (size, modified_ms): Stamp) -> Result<Option<RejectedRecord>> {
+        let now = stat(path)?;
+        if now == Some((size, modified_ms)) {
+            return Ok(None);
+        }
+        let what = match now {
+            None => "was deleted".to_string(),
+            Some((n, _)) if n > size => format!("grew from {size} to {n} bytes"),
+            Some((n, _)) if n < size => format!("shrank from {size} to {n} bytes"),
+            Some((_, m)) => format!("was rewritten (modified at {m} ms, not {modified_ms} ms)"),
+        };
+        Ok(Some(RejectedRecord {
+            code: codes::SOURCE_FILE_CHANGED.code.to_string(),
+            reason: format!(
+                "the file {what} after the stream picked it up; none of its records were read, since a replay would read other bytes"
+            ),
+            field: None,
+            position: SourcePosition {
+                asset: self.asset.clone(),
+                file: Some(display_relative(path, &self.root)),
+                ..SourcePosition::default()
+            },
+            raw: String::new(),
+        }))
     }
 }
 
@@ -447,7 +444,7 @@ impl FileSource {
         };
         let decoder = ContractDecoder::new(ctx.schema.clone(), ctx.contract.as_deref())?;
         let log = match &ctx.state_dir {
-            Some(dir) => Some(SeenLog::load(dir.clone())?),
+            Some(dir) => Some(SeenLog::open(dir.clone())?),
             None => None,
         };
         Ok(FileSource {
@@ -479,16 +476,13 @@ impl FileSource {
     fn list(&self) -> Result<Vec<Listed>> {
         let stat = |name: &str| -> Result<Listed> {
             let path = self.base.join(name);
-            let meta = std::fs::metadata(&path).map_err(|e| io_error("stat", &path, e))?;
+            let (size, modified_ms) = stat(&path)?.ok_or_else(|| {
+                io_error("stat", &path, "the file was deleted while it was listed")
+            })?;
             Ok(Listed {
                 name: name.to_string(),
-                size: meta.len(),
-                modified_ms: meta
-                    .modified()
-                    .ok()
-                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                    .map(|d| d.as_millis() as i64)
-                    .unwrap_or(0),
+                size,
+                modified_ms,
             })
         };
         if let Some((name, _)) = &self.single {
@@ -523,10 +517,11 @@ impl FileSource {
         .map(|n| n.max(1))
     }
 
-    /// The job that reads these files (checked to exist and to have a known format).
-    fn read_job(&self, names: &[String]) -> Result<ReadJob> {
+    /// The job that reads these files (with the size and modification time a stream
+    /// logged for each; checked to have a known format).
+    fn read_job(&self, names: &[(String, Option<Stamp>)]) -> Result<ReadJob> {
         let mut files = Vec::with_capacity(names.len());
-        for name in names {
+        for (name, logged) in names {
             let path = self.base.join(name);
             let format = self.format_of(name).ok_or_else(|| {
                 Error::new(
@@ -534,17 +529,17 @@ impl FileSource {
                     format!("cannot tell the format of `{}`", path.display()),
                 )
             })?;
-            if !path.exists() {
+            if logged.is_none() && !path.exists() {
                 return Err(Error::new(
                     &codes::IO_ERROR,
                     format!(
-                        "asset `{}`: `{}` was assigned to a batch but no longer exists; the batch cannot be replayed",
+                        "asset `{}`: `{}` does not exist",
                         self.asset,
                         path.display()
                     ),
                 ));
             }
-            files.push((path, format));
+            files.push((path, format, *logged));
         }
         Ok(ReadJob {
             asset: self.asset.clone(),
@@ -557,11 +552,18 @@ impl FileSource {
         })
     }
 
-    fn read_names(&mut self, names: &[String]) -> Result<SourceBatch> {
+    fn read_names(&mut self, names: &[(String, Option<Stamp>)]) -> Result<SourceBatch> {
         if let Some(ahead) = self.read_ahead.take() {
             if ahead.names == names {
                 if let Ok(Ok(batch)) = ahead.handle.join() {
-                    return Ok(batch);
+                    // A file that changed since it was read ahead is read (and rejected)
+                    // now, as a read without read-ahead would.
+                    let unchanged = names.iter().all(|(name, logged)| {
+                        logged.is_none_or(|l| stat(&self.base.join(name)).ok() == Some(Some(l)))
+                    });
+                    if unchanged {
+                        return Ok(batch);
+                    }
                 }
             }
             // Not what is asked for (or it failed): left to finish on its own.
@@ -574,17 +576,18 @@ impl FileSource {
     /// limit. Does nothing when there are none or they cannot be read.
     fn start_read_ahead(&mut self, index: u64) {
         let Some(log) = &self.log else { return };
-        let names: Vec<String> = match log.entries.get(&(index + 1)) {
-            Some(files) => files.clone(),
-            None => match self.list() {
+        let names: Vec<(String, Option<Stamp>)> = match log.files(index + 1) {
+            Ok(Some(files)) => logged_names(files),
+            Ok(None) => match self.list() {
                 Ok(listed) => listed
                     .into_iter()
-                    .map(|l| l.name)
-                    .filter(|n| !log.seen.contains(n))
+                    .filter(|l| !log.contains(&l.name))
                     .take(self.last_limit.unwrap_or(usize::MAX))
+                    .map(|l| (l.name, Some((l.size, l.modified_ms))))
                     .collect(),
                 Err(_) => return,
             },
+            Err(_) => return,
         };
         if names.is_empty() {
             return;
@@ -599,6 +602,14 @@ impl FileSource {
             self.read_ahead = Some(ReadAhead { names, handle });
         }
     }
+}
+
+/// The names of logged files with the size and modification time logged for each.
+fn logged_names(files: Vec<LoggedFile>) -> Vec<(String, Option<Stamp>)> {
+    files
+        .into_iter()
+        .map(|f| (f.path, Some((f.size, f.modified_ms))))
+        .collect()
 }
 
 #[async_trait::async_trait]
@@ -664,7 +675,7 @@ impl Source for FileSource {
                     &codes::CHECKPOINT_CORRUPT,
                     format!(
                         "file source offset index {s} is beyond its log in `{}` (last index: {})",
-                        log.dir.display(),
+                        log.dir().display(),
                         last.map_or("none".to_string(), |l| l.to_string())
                     ),
                 ));
@@ -677,7 +688,7 @@ impl Source for FileSource {
         }
         let new: Vec<LoggedFile> = listed
             .into_iter()
-            .filter(|l| !log.seen.contains(&l.name))
+            .filter(|l| !log.contains(&l.name))
             .take(max.unwrap_or(usize::MAX))
             .map(|l| LoggedFile {
                 path: l.name,
@@ -693,7 +704,7 @@ impl Source for FileSource {
     }
 
     async fn read(&mut self, start: Option<&Offset>, end: &Offset) -> Result<SourceBatch> {
-        let names: Vec<String> = match parse_offset(end)? {
+        let names: Vec<(String, Option<Stamp>)> = match parse_offset(end)? {
             Position::Files(end_files) => {
                 let start_files = match start.map(parse_offset).transpose()? {
                     None => Vec::new(),
@@ -704,6 +715,7 @@ impl Source for FileSource {
                 end_files
                     .into_iter()
                     .filter(|f| !before.contains(f))
+                    .map(|f| (f, None))
                     .collect()
             }
             Position::Index(e) => {
@@ -721,16 +733,16 @@ impl Source for FileSource {
                 let first = s.map_or(0, |s| s + 1);
                 let mut names = Vec::new();
                 for index in first..=e {
-                    let files = log.entries.get(&index).ok_or_else(|| {
+                    let files = log.files(index)?.ok_or_else(|| {
                         Error::new(
                             &codes::CHECKPOINT_CORRUPT,
                             format!(
                                 "the file source log in `{}` has no entry for index {index}",
-                                log.dir.display()
+                                log.dir().display()
                             ),
                         )
                     })?;
-                    names.extend(files.iter().cloned());
+                    names.extend(logged_names(files));
                 }
                 let batch = self.read_names(&names)?;
                 if self.options.read_ahead {
