@@ -212,19 +212,31 @@ impl Profile {
         if let Some(c) = &self.checkpoint {
             uris.push(("checkpoint".into(), c));
         }
+        uris.extend(
+            self.endpoints
+                .iter()
+                .map(|(k, v)| (format!("endpoints.{k}"), v)),
+        );
         for (path, text) in uris {
             if let Err(e) = BindingUri::parse(text) {
                 d.extend(e.map_diagnostics(|x| x.at(path.clone()).in_file(origin)).0);
-            } else if uri::has_plain_password(text) {
+                continue;
+            }
+            for what in uri::plain_credentials(text) {
+                let what = if what == "password" && text.contains('@') {
+                    "the password of its user-info (`user:password@`)".to_string()
+                } else {
+                    format!("option `{what}`")
+                };
                 d.push(
                     Diagnostic::new(
                         &codes::SECRET_IN_PLAIN,
                         format!(
-                            "`{path}` contains a plain-text password: {}",
+                            "`{path}` holds a credential in plain text in {what}: {}",
                             uri::redact(text)
                         ),
                     )
-                    .at(path)
+                    .at(path.clone())
                     .in_file(origin),
                 );
             }

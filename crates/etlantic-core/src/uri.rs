@@ -66,7 +66,7 @@ impl BindingUri {
         self.params.get(key).map(String::as_str)
     }
 
-    /// The URI with the user-info password (if any) replaced by `***`.
+    /// The URI with its credentials (see [`redact`]) replaced by `***`.
     pub fn redacted(&self) -> String {
         redact(&self.to_string())
     }
@@ -82,26 +82,161 @@ impl fmt::Display for BindingUri {
     }
 }
 
-/// Hides a plain-text password in `scheme://user:password@host` form.
+/// Whether an option named `key` holds a credential: one of its words (split at `.`,
+/// `_`, `-` and lower-to-upper case changes) is `password`, `passwd`, `pwd`,
+/// `passphrase`, `secret`, `token`, `credential(s)`, `apikey`, `accesskey`, `secretkey`
+/// or `privatekey`, or it is `key` right after `api`, `access`, `private`, `secret`,
+/// `account`, `auth`, `client`, `sas`, `sasl`, `shared`, `master` or `encryption`
+/// (`api_key`, `sasl.key`... are credentials; a Kafka record `key` column, upsert `keys`
+/// or `ssl.key.location` are not). A name ending in `location`, `file`, `filename` or
+/// `path` says where a credential is kept, not what it is.
+pub fn is_credential_key(key: &str) -> bool {
+    let mut words: Vec<String> = Vec::new();
+    let mut word = String::new();
+    let mut prev_lower = false;
+    for c in key.chars() {
+        if matches!(c, '.' | '_' | '-' | ' ') {
+            if !word.is_empty() {
+                words.push(std::mem::take(&mut word));
+            }
+            prev_lower = false;
+            continue;
+        }
+        if c.is_ascii_uppercase() && prev_lower {
+            words.push(std::mem::take(&mut word));
+        }
+        prev_lower = c.is_ascii_lowercase() || c.is_ascii_digit();
+        word.push(c.to_ascii_lowercase());
+    }
+    if !word.is_empty() {
+        words.push(word);
+    }
+    if words
+        .last()
+        .is_some_and(|w| matches!(w.as_str(), "location" | "file" | "path" | "filename"))
+    {
+        return false;
+    }
+    words.iter().enumerate().any(|(i, w)| {
+        matches!(
+            w.as_str(),
+            "password"
+                | "passwd"
+                | "pwd"
+                | "passphrase"
+                | "secret"
+                | "token"
+                | "credential"
+                | "credentials"
+                | "apikey"
+                | "accesskey"
+                | "secretkey"
+                | "privatekey"
+        ) || (w == "key"
+            && i > 0
+            && matches!(
+                words[i - 1].as_str(),
+                "api"
+                    | "access"
+                    | "private"
+                    | "secret"
+                    | "account"
+                    | "auth"
+                    | "client"
+                    | "sas"
+                    | "sasl"
+                    | "shared"
+                    | "master"
+                    | "encryption"
+            ))
+    })
+}
+
+/// Where a URI holds a credential in plain text (not a `${...}` reference): `password`
+/// for `scheme://user:password@host`, the option's name for `?name=value` and
+/// `;name=value` (Spark Connect's `sc://host/;token=...`) options named like a credential
+/// ([`is_credential_key`]). Empty when there is none.
+pub fn plain_credentials(text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    scan(text, &mut |what, value| {
+        if !is_secret_reference(value) && !value.is_empty() {
+            found.push(what.to_string());
+        }
+        None
+    });
+    found
+}
+
+/// The URI with every credential it holds in plain text replaced by `***`: the password
+/// of `scheme://user:password@host` and the values of options named like credentials
+/// (`?kafka.sasl.password=...`, `;token=...`). `${...}` references stay as they are.
 pub fn redact(text: &str) -> String {
-    if let Some((scheme, rest)) = text.split_once("://") {
-        let authority_end = rest.find('/').unwrap_or(rest.len());
-        let authority = &rest[..authority_end];
-        if let Some(at) = authority.rfind('@') {
-            let userinfo = &authority[..at];
-            if let Some((user, pw)) = userinfo.split_once(':') {
-                if !is_secret_reference(pw) {
-                    return format!("{scheme}://{user}:***{}", &rest[at..]);
-                }
+    scan(text, &mut |_, value| {
+        (!is_secret_reference(value) && !value.is_empty()).then(|| "***".to_string())
+    })
+}
+
+/// Whether the URI holds a credential in plain text (see [`plain_credentials`]).
+pub fn has_plain_password(text: &str) -> bool {
+    !plain_credentials(text).is_empty()
+}
+
+/// Walks the credentials of a URI, calling `visit(what, value)` for each; a returned
+/// value replaces it. Returns the text with the replacements made.
+fn scan(text: &str, visit: &mut dyn FnMut(&str, &str) -> Option<String>) -> String {
+    let Some((scheme, rest)) = text.split_once("://") else {
+        return text.to_string();
+    };
+    let (location, query) = match rest.split_once('?') {
+        Some((l, q)) => (l, Some(q)),
+        None => (rest, None),
+    };
+    // The user-info password.
+    let authority_end = location.find('/').unwrap_or(location.len());
+    let authority = &location[..authority_end];
+    let mut loc = location.to_string();
+    if let Some(at) = authority.rfind('@') {
+        if let Some((user, pw)) = authority[..at].split_once(':') {
+            if let Some(r) = visit("password", pw) {
+                loc = format!("{user}:{r}{}", &location[at..]);
             }
         }
     }
-    text.to_string()
-}
-
-/// Whether the URI's user-info carries a literal password (not a `${...}` reference).
-pub fn has_plain_password(text: &str) -> bool {
-    redact(text) != text
+    // `;name=value` options of the path (Spark Connect).
+    if loc.contains(';') {
+        let mut parts = loc.split(';');
+        let mut rebuilt = parts.next().unwrap_or_default().to_string();
+        for part in parts {
+            rebuilt.push(';');
+            match part.split_once('=') {
+                Some((k, v)) if is_credential_key(k) => {
+                    rebuilt.push_str(k);
+                    rebuilt.push('=');
+                    rebuilt.push_str(&visit(k, v).unwrap_or_else(|| v.to_string()));
+                }
+                _ => rebuilt.push_str(part),
+            }
+        }
+        loc = rebuilt;
+    }
+    let mut out = format!("{scheme}://{loc}");
+    if let Some(q) = query {
+        out.push('?');
+        let pairs: Vec<String> = q
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((k, v)) if is_credential_key(&percent_decode(k)) => {
+                    match visit(&percent_decode(k), &percent_decode(v)) {
+                        Some(r) => format!("{k}={r}"),
+                        None => pair.to_string(),
+                    }
+                }
+                _ => pair.to_string(),
+            })
+            .collect();
+        out.push_str(&pairs.join("&"));
+    }
+    out
 }
 
 /// Whether `s` is exactly one secret reference `${env:NAME}` / `${secret:NAME}`.
@@ -160,6 +295,67 @@ mod tests {
         assert!(has_plain_password("postgres://bob:hunter2@db/x"));
         assert!(!has_plain_password("postgres://bob:${env:PGPASS}@db/x"));
         assert!(!has_plain_password("file://a/b:c@d"));
+    }
+
+    #[test]
+    fn credentials_in_options_and_spark_tokens_are_found_and_redacted() {
+        let t = "kafka://b:9092/t?format=json&kafka.sasl.password=hunter2&key=user&kafka.ssl.key.location=/k.pem";
+        assert_eq!(plain_credentials(t), vec!["kafka.sasl.password"]);
+        assert_eq!(
+            redact(t),
+            "kafka://b:9092/t?format=json&kafka.sasl.password=***&key=user&kafka.ssl.key.location=/k.pem"
+        );
+        let sc = "sc://spark:15002/;token=abc123;user_id=me";
+        assert_eq!(plain_credentials(sc), vec!["token"]);
+        assert_eq!(redact(sc), "sc://spark:15002/;token=***;user_id=me");
+        // References are not credentials in plain text, and stay visible.
+        for ok in [
+            "sc://spark:15002/;token=${secret:spark}",
+            "kafka://b/t?kafka.sasl.password=${env:PW}",
+            "postgres://u:${secret:pw}@db/x?sslmode=require",
+            "postgres://db/x?table=t&mode=upsert&keys=a,b",
+            "kafka://b/t?key=user_id",
+        ] {
+            assert!(plain_credentials(ok).is_empty(), "{ok}");
+            assert_eq!(redact(ok), ok);
+        }
+        assert_eq!(
+            plain_credentials(
+                "s3://b/p?aws_secret_access_key=x&apiKey=y&X-Auth-Token=z&ssl.key.password=w"
+            ),
+            vec![
+                "aws_secret_access_key",
+                "apiKey",
+                "X-Auth-Token",
+                "ssl.key.password"
+            ]
+        );
+        assert_eq!(
+            plain_credentials("postgres://bob:hunter2@db/x?password=p"),
+            vec!["password", "password"]
+        );
+        for not in [
+            "key",
+            "keys",
+            "primary_key",
+            "key_column",
+            "ssl.keystore.location",
+            "ssl.key.location",
+            "tokenizer",
+        ] {
+            assert!(!is_credential_key(not), "{not}");
+        }
+        for yes in [
+            "sasl.password",
+            "api_key",
+            "apiKey",
+            "sasl.oauthbearer.client.secret",
+            "accessToken",
+            "sas_token",
+            "privateKey",
+        ] {
+            assert!(is_credential_key(yes), "{yes}");
+        }
     }
 
     #[test]

@@ -425,6 +425,42 @@ impl PipelinePlan {
             .in_file(origin)
             .into());
         }
+        // A plan never holds a credential in plain text (the profile check refuses it);
+        // one written by hand or by an older version is refused the same way.
+        let mut texts: Vec<(String, &str)> = plan
+            .assets
+            .iter()
+            .map(|(k, a)| (format!("assets.{k}.binding"), a.binding.as_str()))
+            .collect();
+        texts.push(("profile.quarantine".into(), &plan.profile.quarantine));
+        texts.extend(
+            plan.profile
+                .checkpoint
+                .as_deref()
+                .map(|c| ("profile.checkpoint".to_string(), c)),
+        );
+        texts.extend(plan.regions.iter().filter_map(|r| {
+            r.location
+                .as_deref()
+                .map(|l| (format!("regions.{}.location", r.id), l))
+        }));
+        let mut d = Diagnostics::new();
+        for (path, text) in texts {
+            for what in etlantic_core::uri::plain_credentials(text) {
+                d.push(
+                    Diagnostic::new(
+                        &codes::SECRET_IN_PLAIN,
+                        format!(
+                            "{origin}: `{path}` holds a credential in plain text (`{what}`): {}",
+                            etlantic_core::uri::redact(text)
+                        ),
+                    )
+                    .at(path.clone())
+                    .in_file(origin),
+                );
+            }
+        }
+        d.into_result()?;
         Ok(plan)
     }
 

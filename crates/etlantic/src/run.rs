@@ -178,6 +178,7 @@ impl Scrubber {
         texts.push(&plan.profile.quarantine);
         texts.extend(plan.profile.checkpoint.as_deref());
         texts.extend(plan.profile.secrets.values().map(String::as_str));
+        texts.extend(plan.regions.iter().filter_map(|r| r.location.as_deref()));
         let mut values: Vec<String> = Vec::new();
         for text in texts {
             let mut rest = text;

@@ -205,6 +205,85 @@ fn a_postgres_binding_with_a_secret_reference_is_reported_by_reference() {
     assert_clean("run (connection refused)", &r.all_output());
 }
 
+/// Credentials written in plain text in an option (`?kafka.sasl.password=...`, any
+/// option named like a password, secret, token or key) or a Spark Connect endpoint
+/// (`sc://host/;token=...`) used to reach plan.json, `explain` and progress records. They
+/// are refused (ETL602 at their path, pointing to `${secret:...}`), and the diagnostic
+/// itself shows them redacted; written as references they plan, and explain and the plan
+/// keep the reference.
+#[test]
+fn plain_credentials_in_options_and_endpoints_are_refused_and_redacted() {
+    const PLAIN: &str = "hunter2-Plain-99";
+    let cases = [
+        (
+            "customer_revenue: file://out/customer_revenue.csv",
+            format!("customer_revenue: kafka://broker:9092/revenue?kafka.sasl.password={PLAIN}"),
+            "bindings.customer_revenue",
+            "kafka.sasl.password",
+        ),
+        (
+            "customer_revenue: file://out/customer_revenue.csv",
+            format!("customer_revenue: kafka://broker:9092/revenue?kafka.sasl.oauthbearer.client.secret={PLAIN}&key=customer"),
+            "bindings.customer_revenue",
+            "kafka.sasl.oauthbearer.client.secret",
+        ),
+        (
+            "on_error: quarantine",
+            format!("on_error: quarantine\nendpoints:\n  spark: sc://spark.internal:15002/;token={PLAIN}"),
+            "endpoints.spark",
+            "token",
+        ),
+    ];
+    for (from, to, path, option) in &cases {
+        let p = Project::init();
+        p.edit("profiles/local.yaml", from, to);
+        for args in [
+            &["validate", "--format", "json"][..],
+            &["validate"],
+            &["plan", "-o", "plan.json"],
+            &["explain"],
+            &["run", "--format", "json"],
+        ] {
+            let r = p.run(args);
+            assert_eq!(
+                r.code,
+                exit::INVALID_PIPELINE,
+                "{args:?}: {}",
+                r.all_output()
+            );
+            assert!(
+                !r.all_output().contains(PLAIN),
+                "{args:?} shows the credential:\n{}",
+                r.all_output()
+            );
+        }
+        assert!(!p.exists("plan.json"));
+        let json = p.run(&["validate", "--format", "json"]).stdout_json();
+        let d = find_diag(&json, "ETL602");
+        assert_eq!(d["path"], *path, "{d}");
+        let message = d["message"].as_str().unwrap();
+        assert!(message.contains(option) && message.contains("***"), "{d}");
+        assert!(d["help"].as_str().unwrap().contains("${secret:"), "{d}");
+
+        // As a reference it plans, and the plan and explain keep the reference.
+        p.edit("profiles/local.yaml", PLAIN, "${secret:cred}");
+        let profile = p.read("profiles/local.yaml");
+        p.write(
+            "profiles/local.yaml",
+            &format!("{profile}secrets:\n  cred: ${{env:SOME_PASSWORD}}\n"),
+        );
+        let r = p.run_env(&["plan", "-o", "plan.json"], ENV);
+        r.ok();
+        assert_clean("plan", &p.read("plan.json"));
+        if path.starts_with("bindings.") {
+            assert!(p.read("plan.json").contains("${secret:cred}"));
+        }
+        let r = p.run_env(&["explain"], ENV);
+        r.ok();
+        assert_clean("explain", &r.all_output());
+    }
+}
+
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir).unwrap() {

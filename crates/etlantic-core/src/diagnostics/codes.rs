@@ -247,8 +247,8 @@ catalogue! {
         "The profile requires an end-to-end delivery guarantee that a source/sink pair cannot give.",
         "Use a replayable source and an idempotent or transactional sink, or lower `require_guarantee`.");
     SECRET_IN_PLAIN = ("ETL602", "secret-in-plain-text", Policy, Error,
-        "A binding or option contains what looks like a plain-text credential.",
-        "Reference secrets as `${env:NAME}`; they are resolved at run time and never written to a plan.");
+        "A binding, endpoint or option holds a credential in plain text (a URI password, or an option named like a password, secret, token or key).",
+        "Write `${secret:NAME}` there and map NAME under the profile's `secrets:` to `${env:VAR}` (or write `${env:VAR}` directly): the value is resolved at run time and never written to a plan, `explain`, progress records or logs.");
     QUARANTINE_UNBOUND = ("ETL603", "quarantine-unbound", Policy, Error,
         "Bad records are to be quarantined but the profile binds no quarantine output.",
         "Bind `quarantine:` in the profile (e.g. file://out/quarantine.jsonl) or set on_error: fail.");
