@@ -6,7 +6,11 @@
 //! - `docs`: regenerate generated documentation (`docs/diagnostics.md`);
 //! - `equivalence`: run the backend-equivalence corpus and write the support matrix
 //!   (`docs/equivalence-matrix.md`);
-//! - `bench`: run benchmarks (`clicks`, `join`, `kafka`; see `cargo xtask bench --help`).
+//! - `bench`: run benchmarks (`clicks`, `join`, `kafka`; see `cargo xtask bench --help`);
+//! - `fuzz`: coverage-guided fuzzing of every reader of untrusted input (`fuzz/`);
+//! - `soak`: a long streaming run that must not grow (memory, files, state, checkpoint).
+
+mod soak;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
@@ -49,6 +53,39 @@ enum Cmd {
         /// Generator events (`nexmark`; default 2M).
         #[arg(long)]
         events: Option<u64>,
+    },
+    /// Fuzz every harness of `etlantic_testkit::fuzz` (pipeline and profile loading, the
+    /// contract loaders, the expression parser, the record decoders, the checkpoint
+    /// readers) with libFuzzer for `--seconds` each; crashes go to
+    /// `fuzz/artifacts/<target>/` and fail the command.
+    Fuzz {
+        /// Seconds per target.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        /// Only these targets (default: all).
+        #[arg(long)]
+        target: Vec<String>,
+    },
+    /// Run a streaming query over the Nexmark generator at a fixed rate (a window, a
+    /// dedup and a stream-stream join) for `--minutes`, sampling memory, open files, state
+    /// rows and checkpoint size; fails if any grows over the second half. Writes
+    /// `samples.csv`, `soak.svg` and `summary.md` to `--out`.
+    Soak {
+        /// Length of the run.
+        #[arg(long, default_value_t = 30.0)]
+        minutes: f64,
+        /// Generator events per second.
+        #[arg(long, default_value_t = 2000)]
+        rate: u64,
+        /// Seconds between samples.
+        #[arg(long, default_value_t = 10)]
+        interval: u64,
+        /// Output directory (default `scratch/soak`).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Run the release build of the CLI (default: the debug build the tests use).
+        #[arg(long)]
+        release: bool,
     },
 }
 
@@ -228,6 +265,128 @@ fn ensure_postgres() -> Result<()> {
     bail!("PostgreSQL did not come up on 127.0.0.1:5432")
 }
 
+/// The fuzz targets (the harnesses of `etlantic_testkit::fuzz::TARGETS`).
+const FUZZ_TARGETS: &[&str] = &[
+    "pipeline_profile",
+    "contracts",
+    "dtcs_expression",
+    "decode_jsonl",
+    "decode_csv",
+    "decode_parquet",
+    "kafka_value",
+    "batch_log",
+    "state_log",
+    "state_snapshot",
+    "source_log",
+    "sink_log",
+];
+
+/// Builds the fuzz binary once, then fuzzes each target for `seconds` from its seeds and
+/// what earlier runs kept in `fuzz/corpus/<target>/`.
+fn fuzz(root: &Path, seconds: u64, only: &[String]) -> Result<()> {
+    if !Command::new(cargo())
+        .args(["fuzz", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        run(Command::new(cargo()).args(["install", "cargo-fuzz", "--locked"]))?;
+    }
+    let targets: Vec<&str> = match only {
+        [] => FUZZ_TARGETS.to_vec(),
+        some => {
+            for t in some {
+                if !FUZZ_TARGETS.contains(&t.as_str()) {
+                    bail!(
+                        "unknown fuzz target `{t}` (known: {})",
+                        FUZZ_TARGETS.join(", ")
+                    );
+                }
+            }
+            some.iter().map(String::as_str).collect()
+        }
+    };
+    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .map(|d| d.with_file_name("fuzz-target"))
+        .unwrap_or_else(|| home().join(".cache/etlantic-rs/fuzz-target"));
+    // Rust code is memory-safe: libFuzzer looks for panics, aborts, hangs and memory
+    // blow-ups, so no sanitizer (a much shorter build); debug assertions on.
+    let common = |cmd: &mut Command| {
+        cmd.current_dir(root)
+            // cargo-fuzz passes nightly flags; the one toolchain here is stable.
+            .env("RUSTC_BOOTSTRAP", "1")
+            .args([
+                "--fuzz-dir",
+                "fuzz",
+                "-O",
+                "-a",
+                "-s",
+                "none",
+                "--target-dir",
+            ])
+            .arg(&target_dir);
+    };
+    let mut build = Command::new(cargo());
+    build.args(["fuzz", "build", "harness"]);
+    common(&mut build);
+    run(&mut build)?;
+    let mut summary = Vec::new();
+    let mut failed = Vec::new();
+    for t in targets {
+        let corpus = root.join("fuzz/corpus").join(t);
+        let artifacts = root.join("fuzz/artifacts").join(t);
+        std::fs::create_dir_all(&corpus)?;
+        std::fs::create_dir_all(&artifacts)?;
+        let before = count_files(&artifacts);
+        let mut cmd = Command::new(cargo());
+        cmd.args(["fuzz", "run", "harness"]);
+        common(&mut cmd);
+        cmd.arg(&corpus)
+            .arg("--")
+            .arg(format!("-max_total_time={seconds}"))
+            .arg("-timeout=30")
+            .arg("-rss_limit_mb=3072")
+            .arg("-print_final_stats=1")
+            .arg(format!("-artifact_prefix={}/", artifacts.display()))
+            .env("ETLANTIC_FUZZ_TARGET", t)
+            .env("ETLANTIC_FUZZ_SEEDS", &corpus)
+            .stderr(std::process::Stdio::piped());
+        eprintln!("$ fuzz {t} for {seconds} s");
+        let out = cmd.output().with_context(|| format!("cannot fuzz {t}"))?;
+        let log = String::from_utf8_lossy(&out.stderr);
+        let stat = |name: &str| -> u64 {
+            log.lines()
+                .filter_map(|l| l.strip_prefix(&format!("stat::{name}:")))
+                .filter_map(|v| v.trim().parse().ok())
+                .next_back()
+                .unwrap_or(0)
+        };
+        let found = count_files(&artifacts) - before;
+        summary.push(format!(
+            "{t:<18} {seconds:>6} s  {:>10} runs  {:>6} corpus  {found} new crash(es)",
+            stat("number_of_executed_units"),
+            count_files(&corpus),
+        ));
+        if found > 0 || !out.status.success() {
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            eprintln!("{}", tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+            failed.push(t);
+        }
+    }
+    println!("\nfuzzing, {seconds} s per target:\n{}", summary.join("\n"));
+    if !failed.is_empty() {
+        bail!(
+            "crashes in {}: see fuzz/artifacts/<target>/; copy each input into fuzz/regressions/<target>/ with the fix",
+            failed.join(", ")
+        );
+    }
+    Ok(())
+}
+
+fn count_files(dir: &Path) -> usize {
+    std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0)
+}
+
 fn main() -> Result<()> {
     let cli = Cli::parse();
     let root = root();
@@ -248,6 +407,16 @@ fn main() -> Result<()> {
                 "test",
                 "--workspace",
                 "--no-fail-fast",
+            ]))?;
+            // The soak's smoke run: one minute of the soak query on the debug CLI the
+            // tests built (fuzzing's smoke run is the test `fuzz_regressions`).
+            run(Command::new(cargo()).current_dir(&root).args([
+                "xtask",
+                "soak",
+                "--minutes",
+                "1",
+                "--interval",
+                "5",
             ]))?;
         }
         Cmd::Demo => {
@@ -356,6 +525,37 @@ fn main() -> Result<()> {
                     "ETLANTIC_EQUIVALENCE_MATRIX",
                     root.join("docs/equivalence-matrix.md"),
                 ))?;
+        }
+        Cmd::Fuzz { seconds, target } => fuzz(&root, seconds, &target)?,
+        Cmd::Soak {
+            minutes,
+            rate,
+            interval,
+            out,
+            release,
+        } => {
+            ensure_protoc()?;
+            let mut build = Command::new(cargo());
+            build.current_dir(&root);
+            if release {
+                build.args(["build", "-p", "etlantic", "--release"]);
+            } else {
+                // The debug CLI the tests build (the same features as `--workspace`).
+                build.args(["build", "--workspace", "--bins"]);
+            }
+            run(&mut build)?;
+            let target = std::env::var("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|_| root.join("target"));
+            soak::run(&soak::Options {
+                minutes,
+                rate,
+                interval,
+                out: out.unwrap_or_else(|| root.join("scratch/soak")),
+                binary: target
+                    .join(if release { "release" } else { "debug" })
+                    .join("etlantic"),
+            })?;
         }
         Cmd::Docs => {
             run(Command::new(cargo())

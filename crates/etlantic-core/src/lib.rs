@@ -13,7 +13,8 @@
 //!   `inventory`;
 //! - [`streaming`] and [`guarantee`]: streaming semantics and delivery guarantees as data;
 //! - [`diagnostics`]: stable codes, rendered as text, JSON and SARIF;
-//! - [`durable`]: atomic, durable file writes for checkpoints and connector logs.
+//! - [`durable`]: atomic, durable file writes for checkpoints and connector logs;
+//! - [`untrusted`]: running third-party decoders on bytes from disk or users.
 #![warn(missing_docs)]
 
 pub mod canonical;
@@ -28,6 +29,7 @@ pub mod model;
 pub mod plugin;
 pub mod profile;
 pub mod streaming;
+pub mod untrusted;
 pub mod uri;
 
 pub use diagnostics::{Diagnostic, Diagnostics, Error, Result};

@@ -42,6 +42,7 @@ pub mod streaming;
 mod table;
 
 pub use backend::DataFusionBackend;
+pub use expr::expression_type;
 pub use session::new_context;
 pub use step::{plan_dataframe, sql_dataframe};
 

@@ -399,13 +399,26 @@ pub fn read_log(dir: impl AsRef<Path>) -> Result<BTreeMap<u64, SinkLogEntry>> {
 }
 
 fn read_entry_file(path: &Path) -> Result<SinkLogEntry> {
-    let text = std::fs::read_to_string(path).map_err(|e| io_error("read", path, e))?;
-    serde_json::from_str(&text).map_err(|e| {
+    let corrupt = |e: String| {
         Error::new(
             &codes::SINK_WRITE_FAILED,
             format!("sink log entry `{}` is corrupt: {e}", path.display()),
         )
-    })
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| io_error("read", path, e))?;
+    let entry: SinkLogEntry = serde_json::from_str(&text).map_err(|e| corrupt(e.to_string()))?;
+    // The sink writes its data files into the output directory itself: a name with a
+    // directory in it would send readers elsewhere (even to a device that never ends).
+    if let Some(bad) = entry
+        .files
+        .iter()
+        .find(|f| f.is_empty() || f.contains(['/', '\\']) || f.as_str() == "..")
+    {
+        return Err(corrupt(format!(
+            "it lists `{bad}`, not a file of the directory"
+        )));
+    }
+    Ok(entry)
 }
 
 fn read_entry(dir: &Path, batch_id: u64) -> Result<Option<SinkLogEntry>> {
@@ -510,9 +523,16 @@ fn schema_from_hex(text: &str) -> Result<SchemaRef> {
         )
     };
     let bytes = hex::decode(text).map_err(|e| bad(e.to_string()))?;
-    let reader = arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes), None)
-        .map_err(|e| bad(e.to_string()))?;
-    Ok(reader.schema())
+    // Arrow's reader panics on some malformed schemas (see `untrusted`).
+    etlantic_core::untrusted::decode(
+        || {
+            let reader =
+                arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes), None)
+                    .map_err(|e| bad(e.to_string()))?;
+            Ok(reader.schema())
+        },
+        |why| bad(why.to_string()),
+    )
 }
 
 fn check_flat(schema: &Schema) -> Result<()> {

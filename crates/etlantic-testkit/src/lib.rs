@@ -2,10 +2,12 @@
 //!
 //! Test harnesses for ETLantic-rs:
 //! - [`conformance`]: the Spark conformance runner (`etlantic conformance spark DIR`);
-//! - [`equivalence`]: the backend-equivalence runner and its corpus of portable cases.
+//! - [`equivalence`]: the backend-equivalence runner and its corpus of portable cases;
+//! - [`fuzz`]: the fuzz harnesses of `cargo xtask fuzz` (and of their regression tests).
 #![warn(missing_docs)]
 
 pub mod conformance;
 #[cfg(feature = "equivalence")]
 pub mod equivalence;
+pub mod fuzz;
 pub mod nexmark;

@@ -84,6 +84,17 @@ impl Scope {
     }
 }
 
+/// Type-checks a DTCS expression over the columns of `schema` as a step compiles it,
+/// and returns the type of its result, or the diagnostic a step would report (`ETL206`
+/// unknown column, `ETL302` type mismatch, `ETL306` unknown function, ...).
+pub fn expression_type(e: &Expr, schema: &arrow::datatypes::Schema) -> Result<DataType> {
+    let df = datafusion::common::DFSchema::try_from(schema.clone())
+        .map_err(|err| error::type_mismatch(err.to_string()))?;
+    let scope = Scope::of(std::sync::Arc::new(df));
+    let x = compile(e, &scope)?;
+    scope.type_of(&x)
+}
+
 /// Compiles an expression.
 pub(crate) fn compile(e: &Expr, scope: &Scope) -> Result<DfExpr> {
     match e {

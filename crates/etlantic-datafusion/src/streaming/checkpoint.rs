@@ -534,16 +534,20 @@ impl StateFiles {
     }
 
     fn read_file(path: &Path) -> Result<Option<RecordBatch>> {
-        let file = match File::open(path) {
+        let mut file = match File::open(path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(io_err(path, e)),
         };
-        let mut reader = FileReader::try_new(file, None).map_err(|e| corrupt(path, e))?;
-        match reader.next() {
-            Some(b) => Ok(Some(b.map_err(|e| corrupt(path, e))?)),
-            None => Err(corrupt(path, "no record batch")),
-        }
+        let len = file.metadata().map_err(|e| io_err(path, e))?.len();
+        super::ipc_guard::check_file(&mut file, len, path)?;
+        super::ipc_guard::decode(path, || {
+            let mut reader = FileReader::try_new(file, None).map_err(|e| corrupt(path, e))?;
+            match reader.next() {
+                Some(b) => Ok(Some(b.map_err(|e| corrupt(path, e))?)),
+                None => Err(corrupt(path, "no record batch")),
+            }
+        })
     }
 
     /// Reads an operator's whole snapshot for `version` (`None` when there is none).

@@ -21,6 +21,7 @@ pub mod batch_log;
 pub mod checkpoint;
 pub mod clock;
 mod groups;
+mod ipc_guard;
 pub mod join;
 pub mod operators;
 pub mod processor;

@@ -582,12 +582,26 @@ impl StateLog {
 /// Reads the entry at `at`, checking its checksum.
 fn read_at(dir: &Path, op: &str, version: u64, at: Location) -> Result<Logged> {
     let path = dir.join(format!("{}.log", at.segment));
+    let mut file = File::open(&path).map_err(|e| io_err(&path, e))?;
+    let file_len = file.metadata().map_err(|e| io_err(&path, e))?.len();
+    // The head that gave this location passed its checksum; its lengths are checked
+    // against the file anyway before anything is allocated from them.
+    if at
+        .offset
+        .checked_add(at.len)
+        .is_none_or(|end| end > file_len)
+    {
+        return Err(corrupt(
+            &path,
+            format!(
+                "the entry of `{op}` at version {version} ({} bytes at {}) is past the end of the file",
+                at.len, at.offset
+            ),
+        ));
+    }
     let mut bytes = vec![0u8; at.len as usize];
-    File::open(&path)
-        .and_then(|mut f| {
-            f.seek(SeekFrom::Start(at.offset))?;
-            f.read_exact(&mut bytes)
-        })
+    file.seek(SeekFrom::Start(at.offset))
+        .and_then(|_| file.read_exact(&mut bytes))
         .map_err(|e| io_err(&path, e))?;
     if crc32fast::hash(&bytes) != at.crc {
         return Err(corrupt(
@@ -595,12 +609,15 @@ fn read_at(dir: &Path, op: &str, version: u64, at: Location) -> Result<Logged> {
             format!("the entry of `{op}` at version {version} fails its checksum"),
         ));
     }
-    let mut reader =
-        StreamReader::try_new(std::io::Cursor::new(bytes), None).map_err(|e| corrupt(&path, e))?;
-    let batch = match reader.next() {
-        Some(b) => b.map_err(|e| corrupt(&path, e))?,
-        None => return Err(corrupt(&path, "an entry without a record batch")),
-    };
+    super::ipc_guard::check_stream(&bytes, &path)?;
+    let batch = super::ipc_guard::decode(&path, || {
+        let mut reader = StreamReader::try_new(std::io::Cursor::new(bytes), None)
+            .map_err(|e| corrupt(&path, e))?;
+        match reader.next() {
+            Some(b) => b.map_err(|e| corrupt(&path, e)),
+            None => Err(corrupt(&path, "an entry without a record batch")),
+        }
+    })?;
     Ok(if at.whole {
         Logged::Whole(batch)
     } else {
