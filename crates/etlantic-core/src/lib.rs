@@ -14,6 +14,8 @@
 //! - [`streaming`] and [`guarantee`]: streaming semantics and delivery guarantees as data;
 //! - [`diagnostics`]: stable codes, rendered as text, JSON and SARIF;
 //! - [`durable`]: atomic, durable file writes for checkpoints and connector logs;
+//! - [`storage`]: where checkpoints, logs and file outputs keep their bytes (local disk,
+//!   a power-cut simulator for tests, object stores later);
 //! - [`untrusted`]: running third-party decoders on bytes from disk or users.
 #![warn(missing_docs)]
 
@@ -28,6 +30,7 @@ pub mod ir;
 pub mod model;
 pub mod plugin;
 pub mod profile;
+pub mod storage;
 pub mod streaming;
 pub mod untrusted;
 pub mod uri;
