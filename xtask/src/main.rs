@@ -362,12 +362,13 @@ fn fuzz(root: &Path, seconds: u64, only: &[String]) -> Result<()> {
                 .unwrap_or(0)
         };
         let found = count_files(&artifacts) - before;
+        let runs = stat("number_of_executed_units");
         summary.push(format!(
-            "{t:<18} {seconds:>6} s  {:>10} runs  {:>6} corpus  {found} new crash(es)",
-            stat("number_of_executed_units"),
+            "{t:<18} {seconds:>6} s  {runs:>10} runs  {:>6} corpus  {found} new crash(es)",
             count_files(&corpus),
         ));
-        if found > 0 || !out.status.success() {
+        // No run at all: the target could not start (a full disk, a broken seed).
+        if found > 0 || runs == 0 || !out.status.success() {
             let tail: Vec<&str> = log.lines().rev().take(40).collect();
             eprintln!("{}", tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
             failed.push(t);

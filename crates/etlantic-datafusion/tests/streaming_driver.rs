@@ -528,10 +528,13 @@ async fn restarts_rebuild_state_a_checkpoint_interval_has_not_written_yet() {
     // Late: ts 2 (feed 1) and 4 (feed 2), each quarantined once.
     assert_eq!(fx.quarantined().len(), 2, "{:?}", fx.quarantined());
     assert_eq!(reference.quarantined().len(), 2);
+    // The directory appears with the first snapshot.
     let state_files = std::fs::read_dir(fx.checkpoint().join("state"))
-        .expect("state dir")
-        .flat_map(|d| std::fs::read_dir(d.expect("entry").path()).expect("op dir"))
-        .count();
+        .map(|dirs| {
+            dirs.flat_map(|d| std::fs::read_dir(d.expect("entry").path()).expect("op dir"))
+                .count()
+        })
+        .unwrap_or(0);
     assert_eq!(state_files, 0, "the interval never passed");
     assert!(
         !fx.checkpoint().join("state-changes").exists(),

@@ -44,6 +44,14 @@
 //! `mode=merge`: the changed rows are upserted by key), `complete` (the batch replaces the
 //! table in one overwrite commit, which also carries the `txn`).
 //!
+//! ## Durability
+//!
+//! `deltalake`'s local object store writes files without `fsync`. The sink's log store
+//! syncs the data and change files a commit adds, and their directories, before the
+//! commit entry is written, and the commit file and `_delta_log/` after it: a batch the
+//! sink reports written survives a power cut, as the checkpoint's commit that follows it
+//! assumes.
+//!
 //! ## Where the `in_sink` fail point is
 //!
 //! `deltalake`'s write and merge builders write the data files and commit in one call,
@@ -249,12 +257,69 @@ fn delta_error(
 
 const DISARMED: u64 = u64::MAX;
 
-/// The local log store of `deltalake`, with the `in_sink` fail point in front of the one
-/// call that makes a commit visible (see the [module docs](self)).
+/// The local log store of `deltalake`, made durable, with the `in_sink` fail point in
+/// front of the one call that makes a commit visible (see the [module docs](self)).
+///
+/// `deltalake`'s local object store writes files without `fsync`: a power cut after a
+/// commit could lose the commit file or the data files it names, while the query's
+/// checkpoint — synced — records the batch as done. So before a commit entry is written,
+/// the data and change files it adds are synced (with their directories), and after it,
+/// the commit file and `_delta_log/`: when the commit returns, the batch survives a power
+/// cut.
 struct FaultLogStore {
     inner: LogStoreRef,
     /// The batch id being committed, or [`DISARMED`].
     batch: AtomicU64,
+    /// The table directory.
+    root: PathBuf,
+}
+
+impl FaultLogStore {
+    /// Syncs the files a commit adds (its `add` and `cdc` actions) and their directories.
+    async fn sync_added_files(&self, commit: &CommitOrBytes) -> std::io::Result<()> {
+        let bytes = match commit {
+            CommitOrBytes::LogBytes(b) => b.to_vec(),
+            CommitOrBytes::TmpCommit(p) => std::fs::read(self.root.join(p.as_ref()))?,
+        };
+        let base = Url::from_directory_path(&self.root)
+            .map_err(|_| std::io::Error::other("the table directory is not absolute"))?;
+        let mut dirs = std::collections::BTreeSet::new();
+        for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            let Ok(action) = serde_json::from_slice::<serde_json::Value>(line) else {
+                continue;
+            };
+            for kind in ["add", "cdc"] {
+                let Some(path) = action[kind]["path"].as_str() else {
+                    continue;
+                };
+                let file = base
+                    .join(path)
+                    .ok()
+                    .and_then(|u| u.to_file_path().ok())
+                    .ok_or_else(|| std::io::Error::other(format!("bad file path `{path}`")))?;
+                std::fs::File::open(&file)?.sync_all()?;
+                dirs.extend(file.parent().map(Path::to_path_buf));
+            }
+        }
+        for dir in dirs {
+            etlantic_core::durable::sync_dir(&dir)?;
+        }
+        Ok(())
+    }
+
+    /// Syncs the commit file of `version` and `_delta_log/`.
+    fn sync_commit(&self, version: Version) -> std::io::Result<()> {
+        let log = self.root.join("_delta_log");
+        std::fs::File::open(log.join(format!("{version:020}.json")))?.sync_all()?;
+        etlantic_core::durable::sync_dir(&log)
+    }
+}
+
+fn durability_error(what: &str, e: std::io::Error) -> TransactionError {
+    TransactionError::LogStoreError {
+        msg: format!("cannot make the commit durable: {what}"),
+        source: Box::new(e),
+    }
 }
 
 #[async_trait]
@@ -279,6 +344,9 @@ impl LogStore for FaultLogStore {
         commit_or_bytes: CommitOrBytes,
         operation_id: Uuid,
     ) -> std::result::Result<(), TransactionError> {
+        self.sync_added_files(&commit_or_bytes)
+            .await
+            .map_err(|e| durability_error("syncing its data files", e))?;
         let batch = self.batch.load(Ordering::SeqCst);
         if batch != DISARMED {
             // The batch's data files are written; the commit is not.
@@ -286,7 +354,9 @@ impl LogStore for FaultLogStore {
         }
         self.inner
             .write_commit_entry(version, commit_or_bytes, operation_id)
-            .await
+            .await?;
+        self.sync_commit(version)
+            .map_err(|e| durability_error("syncing the commit file", e))
     }
 
     async fn abort_commit_entry(
@@ -489,6 +559,12 @@ impl DeltaSink {
         let store = Arc::new(FaultLogStore {
             inner,
             batch: AtomicU64::new(DISARMED),
+            root: etlantic_core::uri::absolute_normalized(&self.path).map_err(|e| {
+                Error::new(
+                    &codes::IO_ERROR,
+                    format!("cannot resolve `{}`: {e}", self.path.display()),
+                )
+            })?,
         });
         self.store = Some(store.clone());
         Ok(store)

@@ -46,17 +46,16 @@ use arrow::compute::cast;
 use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef};
 use etlantic_core::data::Table;
 use etlantic_core::diagnostics::{codes, Error, Result};
-use etlantic_core::durable::{io_error, write_atomic, write_atomic_with};
 use etlantic_core::guarantee::{SinkCommitProtocol, SinkGuarantee};
 use etlantic_core::plugin::{
     Sink, SinkBatch, SinkCapabilities, SinkContext, SinkProvider, SinkRegistration, WriteOutcome,
 };
+use etlantic_core::storage::{self, Storage};
 use etlantic_core::streaming::{ExecutionMode, OutputMode};
 use etlantic_core::uri::BindingUri;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::{BufReader, BufWriter, Write};
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -230,6 +229,9 @@ impl SinkProvider for FileSinkProvider {
 pub struct FileSink {
     asset: String,
     path: PathBuf,
+    /// The output directory (a streaming run's, or a batch run's when `path` is one); a
+    /// batch run's single file is written in its parent's.
+    storage: Arc<dyn Storage>,
     trailing_slash: bool,
     options: FileSinkOptions,
     mode: ExecutionMode,
@@ -242,9 +244,11 @@ impl FileSink {
         if options.format == FileFormat::Csv {
             check_flat(&ctx.schema)?;
         }
+        let path = ctx.resolve_path(&ctx.uri.location);
         Ok(FileSink {
             asset: ctx.asset.clone(),
-            path: ctx.resolve_path(&ctx.uri.location),
+            storage: storage::open(&path),
+            path,
             trailing_slash: ctx.uri.location.ends_with('/'),
             options,
             mode: ctx.mode,
@@ -259,12 +263,12 @@ impl FileSink {
         kind: EntryKind,
         data: &Table,
     ) -> Result<()> {
-        let dir = &self.path;
+        let dir = self.storage.as_ref();
         let rows = data.num_rows() as u64;
         let mut files = Vec::new();
         if rows > 0 || kind != EntryKind::Append {
             let name = part_name(batch_id, query_id, self.options.format);
-            write_table(&dir.join(&name), &self.options, &data.schema, &data.batches)?;
+            write_table(dir, &name, &self.options, &data.schema, &data.batches)?;
             files.push(name);
         }
         let entry = SinkLogEntry {
@@ -285,10 +289,7 @@ impl FileSink {
         // The data file is written, the batch is not committed yet: a crash here must
         // leave an orphan file that readers ignore.
         etlantic_core::faults::check(etlantic_core::faults::IN_SINK, batch_id);
-        write_atomic(
-            &dir.join(LOG_DIR).join(position.to_string()),
-            text.as_bytes(),
-        )?;
+        storage::put_bytes(dir, &format!("{LOG_DIR}/{position}"), text.as_bytes())?;
         if entry.replaces {
             remove_other_parts(dir, &files);
         }
@@ -361,52 +362,51 @@ fn part_name(batch_id: u64, query_id: &str, format: FileFormat) -> String {
     format!("part-{batch_id:05}-{short}.{}", format.extension())
 }
 
-fn remove_other_parts(dir: &Path, keep: &[String]) {
-    let Ok(listing) = std::fs::read_dir(dir) else {
+fn remove_other_parts(dir: &dyn Storage, keep: &[String]) {
+    let Ok(listing) = dir.list("") else {
         return;
     };
-    for item in listing.flatten() {
-        let name = item.file_name().to_string_lossy().into_owned();
-        if name.starts_with("part-") && !keep.contains(&name) {
-            if let Err(e) = std::fs::remove_file(item.path()) {
-                tracing::warn!(
-                    "file sink: cannot remove superseded `{}`: {e}",
-                    item.path().display()
-                );
-            }
-        }
+    let gone: Vec<String> = listing
+        .into_iter()
+        .filter(|name| name.starts_with("part-") && !keep.contains(name))
+        .collect();
+    if let Err(e) = dir.delete_all(&gone) {
+        tracing::warn!("file sink: cannot remove superseded files: {e}");
     }
 }
 
 /// Reads the sink log of an output directory, by batch id (empty when there is none).
 pub fn read_log(dir: impl AsRef<Path>) -> Result<BTreeMap<u64, SinkLogEntry>> {
-    let log_dir = dir.as_ref().join(LOG_DIR);
+    read_log_in(storage::open(dir.as_ref()).as_ref())
+}
+
+fn read_log_in(dir: &dyn Storage) -> Result<BTreeMap<u64, SinkLogEntry>> {
     let mut entries = BTreeMap::new();
-    let listing = match std::fs::read_dir(&log_dir) {
-        Ok(l) => l,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(entries),
-        Err(e) => return Err(io_error("list", &log_dir, e)),
-    };
-    for item in listing {
-        let item = item.map_err(|e| io_error("list", &log_dir, e))?;
-        let name = item.file_name().to_string_lossy().into_owned();
+    for name in dir.list(LOG_DIR)? {
         let Ok(id) = name.parse::<u64>() else {
             continue;
         };
-        entries.insert(id, read_entry_file(&item.path())?);
+        if let Some(entry) = read_entry(dir, &name)? {
+            entries.insert(id, entry);
+        }
     }
     Ok(entries)
 }
 
-fn read_entry_file(path: &Path) -> Result<SinkLogEntry> {
+/// The entry `name` of the sink log (`None` when there is none).
+fn read_entry(dir: &dyn Storage, name: &str) -> Result<Option<SinkLogEntry>> {
+    let path = format!("{LOG_DIR}/{name}");
+    let at = dir.display(&path);
     let corrupt = |e: String| {
         Error::new(
             &codes::SINK_WRITE_FAILED,
-            format!("sink log entry `{}` is corrupt: {e}", path.display()),
+            format!("sink log entry `{at}` is corrupt: {e}"),
         )
     };
-    let text = std::fs::read_to_string(path).map_err(|e| io_error("read", path, e))?;
-    let entry: SinkLogEntry = serde_json::from_str(&text).map_err(|e| corrupt(e.to_string()))?;
+    let Some(bytes) = dir.read(&path)? else {
+        return Ok(None);
+    };
+    let entry: SinkLogEntry = serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
     // The sink writes its data files into the output directory itself: a name with a
     // directory in it would send readers elsewhere (even to a device that never ends).
     if let Some(bad) = entry
@@ -418,21 +418,13 @@ fn read_entry_file(path: &Path) -> Result<SinkLogEntry> {
             "it lists `{bad}`, not a file of the directory"
         )));
     }
-    Ok(entry)
-}
-
-fn read_entry(dir: &Path, batch_id: u64) -> Result<Option<SinkLogEntry>> {
-    let path = dir.join(LOG_DIR).join(batch_id.to_string());
-    if !path.exists() {
-        return Ok(None);
-    }
-    read_entry_file(&path).map(Some)
+    Ok(Some(entry))
 }
 
 /// The log entries that make up the current output: those from the last replacing
 /// entry on (all of them when none replaces).
-fn current_entries(dir: &Path) -> Result<Vec<SinkLogEntry>> {
-    let entries: Vec<SinkLogEntry> = read_log(dir)?.into_values().collect();
+fn current_entries(dir: &dyn Storage) -> Result<Vec<SinkLogEntry>> {
+    let entries: Vec<SinkLogEntry> = read_log_in(dir)?.into_values().collect();
     let start = entries.iter().rposition(|e| e.replaces).unwrap_or(0);
     Ok(entries.into_iter().skip(start).collect())
 }
@@ -440,7 +432,7 @@ fn current_entries(dir: &Path) -> Result<Vec<SinkLogEntry>> {
 /// The data files of an output directory that the sink log vouches for, in order.
 pub fn committed_files(dir: impl AsRef<Path>) -> Result<Vec<PathBuf>> {
     let dir = dir.as_ref();
-    Ok(current_entries(dir)?
+    Ok(current_entries(storage::open(dir).as_ref())?
         .into_iter()
         .flat_map(|e| e.files.into_iter().map(|f| dir.join(f)))
         .collect())
@@ -450,32 +442,37 @@ pub fn committed_files(dir: impl AsRef<Path>) -> Result<Vec<PathBuf>> {
 /// log (from the last replacing entry on), in batch order, with the schema recorded in
 /// the log. Files no entry lists are ignored.
 pub fn read_committed(dir: impl AsRef<Path>) -> Result<Vec<RecordBatch>> {
-    let dir = dir.as_ref();
+    let dir = storage::open(dir.as_ref());
     let mut out = Vec::new();
-    for entry in current_entries(dir)? {
+    for entry in current_entries(dir.as_ref())? {
         let schema = entry.arrow_schema()?;
         for f in &entry.files {
-            out.extend(read_data_file(&dir.join(f), &entry, schema.clone())?);
+            out.extend(read_data_file(dir.as_ref(), f, &entry, schema.clone())?);
         }
     }
     Ok(out)
 }
 
 fn read_data_file(
-    path: &Path,
+    dir: &dyn Storage,
+    name: &str,
     entry: &SinkLogEntry,
     schema: SchemaRef,
 ) -> Result<Vec<RecordBatch>> {
-    let file = File::open(path).map_err(|e| io_error("open", path, e))?;
+    let path = dir.display(name);
     let bad = |e: String| {
         Error::new(
             &codes::IO_ERROR,
-            format!("cannot read committed file `{}`: {e}", path.display()),
+            format!("cannot read committed file `{path}`: {e}"),
         )
     };
+    let file = dir
+        .read(name)?
+        .ok_or_else(|| bad("the sink log lists it but it is gone".into()))?;
+    let file = bytes::Bytes::from(file);
     match entry.format {
         FileFormat::JsonLines => arrow::json::ReaderBuilder::new(schema)
-            .build(BufReader::new(file))
+            .build(std::io::Cursor::new(file))
             .map_err(|e| bad(e.to_string()))?
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(|e| bad(e.to_string())),
@@ -488,7 +485,7 @@ fn read_data_file(
             arrow::csv::ReaderBuilder::new(schema)
                 .with_header(entry.csv_header.unwrap_or(true))
                 .with_delimiter(delimiter)
-                .build(BufReader::new(file))
+                .build(std::io::Cursor::new(file))
                 .map_err(|e| bad(e.to_string()))?
                 .collect::<std::result::Result<Vec<_>, _>>()
                 .map_err(|e| bad(e.to_string()))
@@ -603,20 +600,22 @@ fn utc_batches(
     Ok((target, out))
 }
 
-/// Writes a table to `path` atomically in the given format.
+/// Writes a table to `path` of `dir` atomically and durably in the given format.
 pub(crate) fn write_table(
-    path: &Path,
+    dir: &dyn Storage,
+    path: &str,
     options: &FileSinkOptions,
     schema: &SchemaRef,
     batches: &[RecordBatch],
 ) -> Result<()> {
+    let at = dir.display(path);
     let write_err = |e: String| {
         Error::new(
             &codes::SINK_WRITE_FAILED,
-            format!("cannot write `{}`: {e}", path.display()),
+            format!("cannot write `{at}`: {e}"),
         )
     };
-    write_atomic_with(path, |file| match options.format {
+    dir.put(path, &mut |file| match options.format {
         FileFormat::JsonLines => {
             let (_, batches) = utc_batches(schema, batches)?;
             let mut w = arrow::json::WriterBuilder::new()
@@ -628,7 +627,7 @@ pub(crate) fn write_table(
                 w.write(b).map_err(|e| write_err(e.to_string()))?;
             }
             w.finish().map_err(|e| write_err(e.to_string()))?;
-            finish_buf(w.into_inner()).map_err(|e| write_err(e.to_string()))
+            w.into_inner().flush().map_err(|e| write_err(e.to_string()))
         }
         FileFormat::Csv => {
             check_flat(schema)?;
@@ -645,7 +644,7 @@ pub(crate) fn write_table(
             for b in &batches {
                 w.write(b).map_err(|e| write_err(e.to_string()))?;
             }
-            finish_buf(w.into_inner()).map_err(|e| write_err(e.to_string()))
+            w.into_inner().flush().map_err(|e| write_err(e.to_string()))
         }
         FileFormat::Parquet => {
             let props = parquet::file::properties::WriterProperties::builder()
@@ -656,14 +655,9 @@ pub(crate) fn write_table(
             for b in batches {
                 w.write(b).map_err(|e| write_err(e.to_string()))?;
             }
-            w.into_inner().map_err(|e| write_err(e.to_string()))
+            w.close().map(|_| ()).map_err(|e| write_err(e.to_string()))
         }
     })
-}
-
-fn finish_buf(mut w: BufWriter<File>) -> std::io::Result<File> {
-    w.flush()?;
-    w.into_inner().map_err(|e| e.into_error())
 }
 
 #[async_trait::async_trait]
@@ -676,7 +670,7 @@ impl Sink for FileSink {
         };
         if self.mode == ExecutionMode::Batch {
             if self.path.is_dir() || self.trailing_slash {
-                let next = read_log(&self.path)
+                let next = read_log_in(self.storage.as_ref())
                     .map_err(in_asset)?
                     .keys()
                     .next_back()
@@ -684,8 +678,16 @@ impl Sink for FileSink {
                 self.write_dir(batch.query_id, next, next, EntryKind::Overwrite, batch.data)
                     .map_err(in_asset)?;
             } else {
+                // One file: written in its directory's storage.
+                let parent = self.path.parent().unwrap_or(Path::new("."));
+                let name = self
+                    .path
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
                 write_table(
-                    &self.path,
+                    storage::open(parent).as_ref(),
+                    &name,
                     &self.options,
                     &batch.data.schema,
                     &batch.data.batches,
@@ -708,11 +710,12 @@ impl Sink for FileSink {
         // entry holds it (a `dlq redrive` appending through its own query): then the batch
         // goes after the last entry. Either way a (query, batch) is written once.
         let mut position = batch.batch_id;
-        if let Some(entry) = read_entry(&self.path, batch.batch_id).map_err(in_asset)? {
+        let dir = self.storage.as_ref();
+        if let Some(entry) = read_entry(dir, &batch.batch_id.to_string()).map_err(in_asset)? {
             if entry.query_id == batch.query_id {
                 return Ok(WriteOutcome::AlreadyCommitted);
             }
-            let log = read_log(&self.path).map_err(in_asset)?;
+            let log = read_log_in(dir).map_err(in_asset)?;
             if log
                 .values()
                 .any(|e| e.query_id == batch.query_id && e.batch_id == batch.batch_id)
@@ -730,7 +733,7 @@ impl Sink for FileSink {
         if self.mode == ExecutionMode::Batch {
             return Ok(None);
         }
-        Ok(read_log(&self.path)?
+        Ok(read_log_in(self.storage.as_ref())?
             .values()
             .filter(|e| e.query_id == query_id)
             .map(|e| e.batch_id)

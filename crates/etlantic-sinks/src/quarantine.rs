@@ -20,20 +20,34 @@
 
 use etlantic_core::data::RejectedRecord;
 use etlantic_core::diagnostics::{codes, Error, Result};
+use etlantic_core::storage::{self, AppendFile, Storage};
 use etlantic_core::uri::BindingUri;
 use serde_json::{json, Map, Value};
-use std::fs::{File, OpenOptions};
-use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Appends rejected records to a JSON-lines file.
 #[derive(Debug)]
 pub struct QuarantineWriter {
     path: PathBuf,
-    file: File,
+    file: Box<dyn AppendFile>,
 }
 
-fn io(what: &str, path: &Path, e: std::io::Error) -> Error {
+/// The storage of the directory of `path` (see [`etlantic_core::storage::open`]) and the
+/// file's name in it.
+fn located(path: &Path) -> (Arc<dyn Storage>, String) {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    (storage::open(dir), name)
+}
+
+fn io(what: &str, path: &Path, e: impl std::fmt::Display) -> Error {
     Error::new(
         &codes::IO_ERROR,
         format!("cannot {what} quarantine file `{}`: {e}", path.display()),
@@ -45,16 +59,9 @@ impl QuarantineWriter {
     /// torn last line (see the [module docs](self)).
     pub fn open(path: impl Into<PathBuf>) -> Result<Self> {
         let path = path.into();
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| io("create the directory of", &path, e))?;
-        }
-        let file = OpenOptions::new()
-            .create(true)
-            .read(true)
-            .append(true)
-            .open(&path)
-            .map_err(|e| io("open", &path, e))?;
-        cut_torn_tail(&file).map_err(|e| io("repair the tail of", &path, e))?;
+        let (dir, name) = located(&path);
+        let mut file = dir.append(&name)?;
+        cut_torn_tail(dir.as_ref(), &name, file.as_mut())?;
         Ok(QuarantineWriter { path, file })
     }
 
@@ -122,34 +129,25 @@ impl QuarantineWriter {
             buf.push_str(&l.to_string());
             buf.push('\n');
         }
-        self.file
-            .write_all(buf.as_bytes())
-            .map_err(|e| io("write", &self.path, e))?;
-        self.file.flush().map_err(|e| io("flush", &self.path, e))?;
-        self.file
-            .sync_data()
-            .map_err(|e| io("sync", &self.path, e))?;
+        self.file.write(buf.as_bytes())?;
+        self.file.sync()?;
         Ok(lines.len())
     }
 }
 
-/// Truncates `file` after its last newline when its last byte is not one (a torn append),
-/// and makes the truncation durable.
-fn cut_torn_tail(file: &File) -> std::io::Result<()> {
-    use std::io::{Read, Seek, SeekFrom};
-    let len = file.metadata()?.len();
+/// Truncates `name` after its last newline when its last byte is not one (a torn
+/// append), and makes the truncation durable. Reads the tail only, a block at a time.
+fn cut_torn_tail(dir: &dyn Storage, name: &str, file: &mut dyn AppendFile) -> Result<()> {
+    const BLOCK: u64 = 64 * 1024;
+    let len = file.len();
     if len == 0 {
         return Ok(());
     }
-    let mut reader = file;
     let mut end = len;
-    let mut buf = vec![0u8; 64 * 1024];
     // Scan backwards, a block at a time, for the last newline.
     let keep = loop {
-        let start = end.saturating_sub(buf.len() as u64);
-        let block = &mut buf[..(end - start) as usize];
-        reader.seek(SeekFrom::Start(start))?;
-        reader.read_exact(block)?;
+        let start = end.saturating_sub(BLOCK);
+        let block = dir.read_range(name, start, end - start)?;
         if end == len && block.last() == Some(&b'\n') {
             return Ok(());
         }
@@ -161,8 +159,18 @@ fn cut_torn_tail(file: &File) -> std::io::Result<()> {
         }
         end = start;
     };
-    file.set_len(keep)?;
-    file.sync_all()
+    file.truncate(keep)
+}
+
+/// Reads a quarantine file back like [`read_quarantine`]; a file that does not exist
+/// has no records.
+pub fn read_quarantine_if_any(path: impl AsRef<Path>) -> Result<Vec<Value>> {
+    let path = path.as_ref();
+    let (dir, name) = located(path);
+    if dir.size(&name)?.is_none() {
+        return Ok(Vec::new());
+    }
+    read_quarantine(path)
 }
 
 /// Reads a quarantine file back (one JSON value per line). A last line without its
@@ -170,7 +178,10 @@ fn cut_torn_tail(file: &File) -> std::io::Result<()> {
 /// JSON is an error (`ETL706`).
 pub fn read_quarantine(path: impl AsRef<Path>) -> Result<Vec<Value>> {
     let path = path.as_ref();
-    let bytes = std::fs::read(path).map_err(|e| io("read", path, e))?;
+    let (dir, name) = located(path);
+    let bytes = dir
+        .read(&name)?
+        .ok_or_else(|| io("read", path, "it does not exist"))?;
     // Bytes first: a torn tail may end inside a multi-byte character.
     let complete = match bytes.iter().rposition(|b| *b == b'\n') {
         Some(i) => &bytes[..=i],

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-pub(crate) use etlantic_core::durable::{io_error, write_atomic};
+pub(crate) use etlantic_core::durable::io_error;
 
 /// `path` relative to `root` with `/` separators when it is inside `root`, else as is.
 pub(crate) fn display_relative(path: &Path, root: &Path) -> String {

@@ -84,7 +84,6 @@
 //! made from the source's async methods; they are bounded by timeouts.
 
 use crate::decode::{BatchBuilder, ContractDecoder, RecordProblem};
-use crate::fsutil::write_atomic;
 use etlantic_core::data::{DataLoss, Offset, SourcePosition};
 use etlantic_core::diagnostics::{codes, Error, Result};
 use etlantic_core::guarantee::SourceGuarantee;
@@ -100,7 +99,6 @@ use rdkafka::message::{Headers, Message};
 use rdkafka::topic_partition_list::{Offset as KOffset, TopicPartitionList};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// Per topic, per partition, the offset of the next record to read.
@@ -336,7 +334,8 @@ pub struct KafkaSource {
     options: KafkaSourceOptions,
     decoder: ContractDecoder,
     consumer: BaseConsumer,
-    state_dir: Option<PathBuf>,
+    /// The source's checkpoint directory (`initial-offsets.json`).
+    state: Option<std::sync::Arc<dyn etlantic_core::storage::Storage>>,
     initial: Option<PartitionOffsets>,
 }
 
@@ -417,15 +416,18 @@ impl KafkaSource {
         let consumer: BaseConsumer = config
             .create()
             .map_err(|e| kafka_error("create a consumer", e))?;
-        let initial = match &ctx.state_dir {
-            Some(dir) => match std::fs::read(dir.join(INITIAL_FILE)) {
-                Ok(bytes) => Some(serde_json::from_slice(&bytes).map_err(|e| {
+        let state = ctx.state_dir.as_deref().map(etlantic_core::storage::open);
+        // An unreadable file is an error, not a new query: its starting offsets would be
+        // resolved again, and a replay of the first batch could read another range.
+        let initial = match &state {
+            Some(st) => match st.read(INITIAL_FILE)? {
+                Some(bytes) => Some(serde_json::from_slice(&bytes).map_err(|e| {
                     Error::new(
                         &codes::CHECKPOINT_CORRUPT,
-                        format!("{}: {e}", dir.join(INITIAL_FILE).display()),
+                        format!("{}: {e}", st.display(INITIAL_FILE)),
                     )
                 })?),
-                Err(_) => None,
+                None => None,
             },
             None => None,
         };
@@ -434,7 +436,7 @@ impl KafkaSource {
             options,
             decoder,
             consumer,
-            state_dir: ctx.state_dir,
+            state,
             initial,
         })
     }
@@ -499,9 +501,10 @@ impl KafkaSource {
             };
             map.entry(t.clone()).or_default().insert(*p, pos);
         }
-        if let Some(dir) = &self.state_dir {
-            write_atomic(
-                &dir.join(INITIAL_FILE),
+        if let Some(state) = &self.state {
+            etlantic_core::storage::put_bytes(
+                state.as_ref(),
+                INITIAL_FILE,
                 &serde_json::to_vec(&map).unwrap_or_default(),
             )?;
         }

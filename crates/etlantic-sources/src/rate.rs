@@ -17,7 +17,6 @@
 //! may use any unit and time zone.
 
 use crate::decode::millis_to_unit;
-use crate::fsutil::{io_error, write_atomic};
 use arrow::array::{
     ArrayRef, Int64Array, RecordBatch, RecordBatchOptions, TimestampMicrosecondArray,
     TimestampMillisecondArray, TimestampNanosecondArray, TimestampSecondArray,
@@ -32,7 +31,6 @@ use etlantic_core::plugin::{
 };
 use etlantic_core::uri::BindingUri;
 use serde::{Deserialize, Serialize};
-use std::path::PathBuf;
 use std::sync::Arc;
 
 /// Rows per batch returned by `read`.
@@ -169,7 +167,7 @@ impl RateSource {
             });
         }
         let wall_start_ms = match &ctx.state_dir {
-            Some(dir) => load_or_store_start(dir.join("rate.json"))?,
+            Some(dir) => load_or_store_start(etlantic_core::storage::open(dir).as_ref())?,
             None => now_ms(),
         };
         Ok(RateSource {
@@ -239,30 +237,34 @@ impl RateSource {
     }
 }
 
-fn load_or_store_start(path: PathBuf) -> Result<i64> {
-    match std::fs::read_to_string(&path) {
-        Ok(text) => {
-            let state: RateState = serde_json::from_str(&text).map_err(|e| {
+/// The wall-clock start kept in the source's state (`rate.json`), written the first time.
+fn load_or_store_start(state: &dyn etlantic_core::storage::Storage) -> Result<i64> {
+    match state.read("rate.json")? {
+        Some(bytes) => {
+            let s: RateState = serde_json::from_slice(&bytes).map_err(|e| {
                 Error::new(
                     &codes::CHECKPOINT_CORRUPT,
-                    format!("rate source state `{}` is corrupt: {e}", path.display()),
+                    format!(
+                        "rate source state `{}` is corrupt: {e}",
+                        state.display("rate.json")
+                    ),
                 )
             })?;
-            Ok(state.wall_start_ms)
+            Ok(s.wall_start_ms)
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let state = RateState {
+        None => {
+            let s = RateState {
                 wall_start_ms: now_ms(),
             };
-            write_atomic(
-                &path,
-                serde_json::to_string(&state)
+            etlantic_core::storage::put_bytes(
+                state,
+                "rate.json",
+                serde_json::to_string(&s)
                     .expect("state serialises")
                     .as_bytes(),
             )?;
-            Ok(state.wall_start_ms)
+            Ok(s.wall_start_ms)
         }
-        Err(e) => Err(io_error("read", &path, e)),
     }
 }
 

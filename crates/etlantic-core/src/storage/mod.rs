@@ -56,7 +56,11 @@ pub trait Storage: Send + Sync + fmt::Debug {
     fn list(&self, dir: &str) -> Result<Vec<String>>;
 
     /// Replaces `path` atomically and durably with what `fill` writes.
-    fn put(&self, path: &str, fill: &mut dyn FnMut(&mut dyn Write) -> Result<()>) -> Result<()>;
+    fn put(
+        &self,
+        path: &str,
+        fill: &mut dyn FnMut(&mut (dyn Write + Send)) -> Result<()>,
+    ) -> Result<()>;
 
     /// Creates `path` with `bytes`, atomically and durably, only if it does not exist;
     /// returns whether it created it.
@@ -64,6 +68,15 @@ pub trait Storage: Send + Sync + fmt::Debug {
 
     /// Deletes `path`, durably; nothing happens when there is none.
     fn delete(&self, path: &str) -> Result<()>;
+
+    /// Deletes every path of `paths`, durably when it returns (an implementation may make
+    /// them durable together: one directory sync for many files).
+    fn delete_all(&self, paths: &[String]) -> Result<()> {
+        for p in paths {
+            self.delete(p)?;
+        }
+        Ok(())
+    }
 
     /// Renames `from` to `to`, replacing `to`, durably (atomic on a local disk; on an
     /// object store a copy then a delete).
@@ -76,7 +89,27 @@ pub trait Storage: Send + Sync + fmt::Debug {
 
     /// Takes the exclusive lock named `path` for as long as the returned guard lives:
     /// `ETL803` when another live process holds it.
-    fn lock(&self, path: &str) -> Result<Box<dyn Send + Sync>>;
+    fn lock(&self, path: &str) -> Result<Lock>;
+}
+
+/// A held [`Storage::lock`]: released when dropped.
+pub struct Lock {
+    _held: Box<dyn Send + Sync>,
+}
+
+impl Lock {
+    /// A lock held for as long as `held` lives.
+    pub fn new(held: impl Send + Sync + 'static) -> Self {
+        Lock {
+            _held: Box::new(held),
+        }
+    }
+}
+
+impl fmt::Debug for Lock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Lock")
+    }
 }
 
 /// A file open for appending (see [`Storage::append`] for what is durable when).
@@ -154,7 +187,11 @@ impl Storage for Sub {
     fn list(&self, dir: &str) -> Result<Vec<String>> {
         self.inner.list(&self.at(dir))
     }
-    fn put(&self, path: &str, fill: &mut dyn FnMut(&mut dyn Write) -> Result<()>) -> Result<()> {
+    fn put(
+        &self,
+        path: &str,
+        fill: &mut dyn FnMut(&mut (dyn Write + Send)) -> Result<()>,
+    ) -> Result<()> {
         self.inner.put(&self.at(path), fill)
     }
     fn put_if_absent(&self, path: &str, bytes: &[u8]) -> Result<bool> {
@@ -163,13 +200,17 @@ impl Storage for Sub {
     fn delete(&self, path: &str) -> Result<()> {
         self.inner.delete(&self.at(path))
     }
+    fn delete_all(&self, paths: &[String]) -> Result<()> {
+        let at: Vec<String> = paths.iter().map(|p| self.at(p)).collect();
+        self.inner.delete_all(&at)
+    }
     fn rename(&self, from: &str, to: &str) -> Result<()> {
         self.inner.rename(&self.at(from), &self.at(to))
     }
     fn append(&self, path: &str) -> Result<Box<dyn AppendFile>> {
         self.inner.append(&self.at(path))
     }
-    fn lock(&self, path: &str) -> Result<Box<dyn Send + Sync>> {
+    fn lock(&self, path: &str) -> Result<Lock> {
         self.inner.lock(&self.at(path))
     }
 }
@@ -339,7 +380,11 @@ impl Storage for LocalStorage {
         Ok(out)
     }
 
-    fn put(&self, path: &str, fill: &mut dyn FnMut(&mut dyn Write) -> Result<()>) -> Result<()> {
+    fn put(
+        &self,
+        path: &str,
+        fill: &mut dyn FnMut(&mut (dyn Write + Send)) -> Result<()>,
+    ) -> Result<()> {
         crate::durable::write_atomic_with(&self.path(path), |f| {
             let mut w = std::io::BufWriter::with_capacity(64 * 1024, f);
             fill(&mut w)?;
@@ -390,6 +435,24 @@ impl Storage for LocalStorage {
         Ok(())
     }
 
+    fn delete_all(&self, paths: &[String]) -> Result<()> {
+        let mut dirs = std::collections::BTreeSet::new();
+        for path in paths {
+            let p = self.path(path);
+            match fs::remove_file(&p) {
+                Ok(()) => {
+                    dirs.extend(p.parent().map(Path::to_path_buf));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_error("delete", &show(&p), e)),
+            }
+        }
+        for dir in dirs {
+            crate::durable::sync_dir(&dir).map_err(|e| io_error("sync", &show(&dir), e))?;
+        }
+        Ok(())
+    }
+
     fn rename(&self, from: &str, to: &str) -> Result<()> {
         let (f, t) = (self.path(from), self.path(to));
         let dir = self.parent_dir(&t)?;
@@ -407,6 +470,7 @@ impl Storage for LocalStorage {
         let existed = p.exists();
         let file = OpenOptions::new()
             .create(true)
+            .truncate(false)
             .read(true)
             .write(true)
             .open(&p)
@@ -423,7 +487,7 @@ impl Storage for LocalStorage {
         Ok(Box::new(LocalAppend { path: p, file, len }))
     }
 
-    fn lock(&self, path: &str) -> Result<Box<dyn Send + Sync>> {
+    fn lock(&self, path: &str) -> Result<Lock> {
         let p = self.path(path);
         self.parent_dir(&p)?;
         let file = OpenOptions::new()
@@ -439,7 +503,7 @@ impl Storage for LocalStorage {
             )
             .into());
         }
-        Ok(Box::new(file))
+        Ok(Lock::new(file))
     }
 }
 

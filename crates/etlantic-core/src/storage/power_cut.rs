@@ -16,7 +16,7 @@
 //! pipeline once to count the events, then once per event with the cut there, restarts
 //! it after each cut, and compares the outputs.
 
-use super::{AppendFile, Storage};
+use super::{AppendFile, Lock, Storage};
 use crate::diagnostics::{codes, Diagnostic, Error, Result};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -266,7 +266,11 @@ impl Storage for PowerCutDisk {
         Ok(out)
     }
 
-    fn put(&self, path: &str, fill: &mut dyn FnMut(&mut dyn Write) -> Result<()>) -> Result<()> {
+    fn put(
+        &self,
+        path: &str,
+        fill: &mut dyn FnMut(&mut (dyn Write + Send)) -> Result<()>,
+    ) -> Result<()> {
         let mut buf = Vec::new();
         fill(&mut buf)?;
         let mut s = self.state();
@@ -331,7 +335,7 @@ impl Storage for PowerCutDisk {
         }))
     }
 
-    fn lock(&self, path: &str) -> Result<Box<dyn Send + Sync>> {
+    fn lock(&self, path: &str) -> Result<Lock> {
         let mut s = self.state();
         if s.off {
             return Err(power_cut(&format!("locking {path}")));
@@ -343,7 +347,7 @@ impl Storage for PowerCutDisk {
             )
             .into());
         }
-        Ok(Box::new(SimLock {
+        Ok(Lock::new(SimLock {
             disk: self.clone(),
             path: path.to_string(),
         }))

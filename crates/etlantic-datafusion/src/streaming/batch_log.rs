@@ -36,13 +36,11 @@
 
 use super::checkpoint::{CommitEntry, OffsetEntry};
 use etlantic_core::diagnostics::{codes, Diagnostic, Error, Result};
-use etlantic_core::durable::sync_dir;
+use etlantic_core::storage::{AppendFile, Storage};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::fs::{self, File, OpenOptions};
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 /// Micro-batches per segment file.
 pub const SEGMENT_BATCHES: u64 = 100;
@@ -50,21 +48,22 @@ pub const SEGMENT_BATCHES: u64 = 100;
 /// The micro-batches whose records are always kept (Spark's `minBatchesToRetain`).
 pub const MIN_BATCHES_TO_RETAIN: u64 = 100;
 
-/// An `ETL706` I/O error on a checkpoint path (also the state log's, `super::state_log`).
-pub(crate) fn io_err(path: &Path, e: impl std::fmt::Display) -> Error {
+/// An `ETL706` I/O error on a checkpoint file (also the state log's, `super::state_log`);
+/// `at` is where it is, as its storage shows it.
+pub(crate) fn io_err(at: &str, e: impl std::fmt::Display) -> Error {
     Error::from(Diagnostic::new(
         &codes::IO_ERROR,
-        format!("checkpoint {}: {e}", path.display()),
+        format!("checkpoint {at}: {e}"),
     ))
 }
 
 /// An `ETL801` error for a damaged record of a checkpoint log (the micro-batch log or the
 /// state log, `super::state_log`): only a torn last record is repaired.
-pub(crate) fn corrupt(path: &Path, what: impl std::fmt::Display) -> Error {
+pub(crate) fn corrupt(at: &str, what: impl std::fmt::Display) -> Error {
     Error::from(
         Diagnostic::new(
             &codes::CHECKPOINT_CORRUPT,
-            format!("checkpoint log {} is corrupt: {what}", path.display()),
+            format!("checkpoint log {at} is corrupt: {what}"),
         )
         .help(
             "Only the last record of the log can be torn by a crash, and it is repaired on \
@@ -144,7 +143,7 @@ struct Parsed {
 
 /// Parses a segment's bytes. A bad line followed by more than one further line is
 /// corruption (see the module docs).
-fn parse(path: &Path, bytes: &[u8]) -> Result<Parsed> {
+fn parse(path: &str, bytes: &[u8]) -> Result<Parsed> {
     let mut records = LogRecords::default();
     let mut at = 0;
     while at < bytes.len() {
@@ -188,40 +187,47 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<Parsed> {
     })
 }
 
-/// The segment files of `dir` (`<first>.log`, by the first batch or version they hold),
-/// in order; the state log (`super::state_log`) names its segments the same way.
-pub(crate) fn segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
-    let entries = match fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(io_err(dir, e)),
-    };
-    let mut out: Vec<(u64, PathBuf)> = entries
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name();
-            let first = name.to_str()?.strip_suffix(".log")?.parse().ok()?;
-            Some((first, e.path()))
+/// The segment files of a log (`<first>.log`, by the first batch or version they hold),
+/// in order, with their names; the state log (`super::state_log`) names its segments the
+/// same way.
+pub(crate) fn segments(storage: &dyn Storage) -> Result<Vec<(u64, String)>> {
+    let mut out: Vec<(u64, String)> = storage
+        .list("")?
+        .into_iter()
+        .filter_map(|name| {
+            let first = name.strip_suffix(".log")?.parse().ok()?;
+            Some((first, name))
         })
         .collect();
     out.sort_unstable_by_key(|(first, _)| *first);
     Ok(out)
 }
 
-fn read_segment(path: &Path) -> Result<Parsed> {
-    let bytes = fs::read(path).map_err(|e| io_err(path, e))?;
-    parse(path, &bytes)
+fn read_segment(storage: &dyn Storage, name: &str) -> Result<Parsed> {
+    let at = storage.display(name);
+    let bytes = storage
+        .read(name)?
+        .ok_or_else(|| io_err(&at, "the segment is gone"))?;
+    parse(&at, &bytes)
 }
 
 /// Reads every record of the log in `dir` (the checkpoint's `log/` directory) without
 /// opening it for writing: for tools and tests. A torn tail is left out, not repaired.
 pub fn read_all(dir: &Path) -> Result<LogRecords> {
+    read_all_in(etlantic_core::storage::open(dir).as_ref())
+}
+
+/// [`read_all`] of the log in `storage`.
+pub fn read_all_in(storage: &dyn Storage) -> Result<LogRecords> {
     let mut all = LogRecords::default();
-    let segs = segments(dir)?;
-    for (i, (_, path)) in segs.iter().enumerate() {
-        let parsed = read_segment(path)?;
+    let segs = segments(storage)?;
+    for (i, (_, name)) in segs.iter().enumerate() {
+        let parsed = read_segment(storage, name)?;
         if parsed.torn && i + 1 < segs.len() {
-            return Err(corrupt(path, "a damaged record before the last segment"));
+            return Err(corrupt(
+                &storage.display(name),
+                "a damaged record before the last segment",
+            ));
         }
         all.extend(parsed.records);
     }
@@ -230,7 +236,7 @@ pub fn read_all(dir: &Path) -> Result<LogRecords> {
 
 /// The segment being appended to.
 struct Writer {
-    file: Option<File>,
+    file: Option<Box<dyn AppendFile>>,
     /// Its first batch.
     first: u64,
     /// The newest batch with an offsets record, and with a commit record.
@@ -245,7 +251,7 @@ struct Writer {
 /// The micro-batch log (see the module docs). Owned by one query: the checkpoint's lock
 /// keeps other writers out.
 pub struct BatchLog {
-    dir: PathBuf,
+    storage: Arc<dyn Storage>,
     writer: Mutex<Writer>,
     /// The records of the segment read last (restarts read many batches of one segment).
     cache: Mutex<Option<(u64, LogRecords)>>,
@@ -253,17 +259,22 @@ pub struct BatchLog {
 
 impl std::fmt::Debug for BatchLog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BatchLog").field("dir", &self.dir).finish()
+        f.debug_struct("BatchLog")
+            .field("at", &self.storage.display(""))
+            .finish()
     }
 }
 
 impl BatchLog {
-    /// Opens the log in `dir`, creating the directory, and repairs a torn tail of its
-    /// last segment.
-    pub fn open(dir: impl Into<PathBuf>) -> Result<Self> {
-        let dir = dir.into();
-        fs::create_dir_all(&dir).map_err(|e| io_err(&dir, e))?;
-        let segs = segments(&dir)?;
+    /// Opens the log in directory `dir` (see [`BatchLog::open_in`]).
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
+        Self::open_in(etlantic_core::storage::open(dir.as_ref()))
+    }
+
+    /// Opens the log kept in `storage` (rooted at the log's directory) and repairs a torn
+    /// tail of its last segment.
+    pub fn open_in(storage: Arc<dyn Storage>) -> Result<Self> {
+        let segs = segments(storage.as_ref())?;
         let mut writer = Writer {
             file: None,
             first: 0,
@@ -272,28 +283,19 @@ impl BatchLog {
             recovery_floor: 0,
             unsynced: false,
         };
-        if let Some((first, path)) = segs.last() {
-            let parsed = read_segment(path)?;
+        if let Some((first, name)) = segs.last() {
+            let parsed = read_segment(storage.as_ref(), name)?;
+            let mut file = storage.append(name)?;
             if parsed.torn {
-                let f = OpenOptions::new()
-                    .write(true)
-                    .open(path)
-                    .map_err(|e| io_err(path, e))?;
-                f.set_len(parsed.intact_len as u64)
-                    .and_then(|_| f.sync_all())
-                    .map_err(|e| io_err(path, e))?;
+                file.truncate(parsed.intact_len as u64)?;
             }
-            let file = OpenOptions::new()
-                .append(true)
-                .open(path)
-                .map_err(|e| io_err(path, e))?;
             writer.file = Some(file);
             writer.first = *first;
             let mut records = parsed.records;
             // An empty last segment (a crash right after it was created): the newest
             // records are in the one before.
             if records.offsets.is_empty() && records.commits.is_empty() && segs.len() > 1 {
-                records = read_segment(&segs[segs.len() - 2].1)?.records;
+                records = read_segment(storage.as_ref(), &segs[segs.len() - 2].1)?.records;
             }
             writer.latest_offsets = records.offsets.keys().next_back().copied();
             if let Some((b, c)) = records.commits.iter().next_back() {
@@ -302,7 +304,7 @@ impl BatchLog {
             }
         }
         Ok(BatchLog {
-            dir,
+            storage,
             writer: Mutex::new(writer),
             cache: Mutex::new(None),
         })
@@ -326,13 +328,13 @@ impl BatchLog {
 
     /// The records of the segment holding `batch`.
     fn records_of<T>(&self, batch: u64, pick: impl FnOnce(&LogRecords) -> T) -> Result<T> {
-        let segs = segments(&self.dir)?;
-        let Some((first, path)) = segs.iter().rev().find(|(first, _)| *first <= batch) else {
+        let segs = segments(self.storage.as_ref())?;
+        let Some((first, name)) = segs.iter().rev().find(|(first, _)| *first <= batch) else {
             return Ok(pick(&LogRecords::default()));
         };
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         if cache.as_ref().is_none_or(|(f, _)| f != first) {
-            let parsed = read_segment(path)?;
+            let parsed = read_segment(self.storage.as_ref(), name)?;
             *cache = Some((*first, parsed.records));
         }
         let (_, records) = cache.as_ref().expect("filled above");
@@ -361,7 +363,7 @@ impl BatchLog {
             offsets: Some(entry),
             commit: None,
         };
-        self.append(&mut w, batch, &line)?;
+        self.append(&mut w, &line)?;
         self.sync_writer(&mut w)?;
         w.latest_offsets = Some(batch);
         Ok(())
@@ -379,7 +381,7 @@ impl BatchLog {
             offsets: None,
             commit: Some(entry),
         };
-        self.append(&mut w, batch, &line)?;
+        self.append(&mut w, &line)?;
         w.unsynced = true;
         w.latest_commit = Some(batch);
         w.recovery_floor = entry.state_version_of(batch).saturating_sub(1);
@@ -393,21 +395,20 @@ impl BatchLog {
     }
 
     fn sync_writer(&self, w: &mut Writer) -> Result<()> {
-        if let Some(f) = &w.file {
-            f.sync_data().map_err(|e| io_err(&self.dir, e))?;
+        if let Some(f) = w.file.as_mut() {
+            f.sync()?;
         }
         w.unsynced = false;
         Ok(())
     }
 
-    fn append(&self, w: &mut Writer, batch: u64, line: &LineRef<'_>) -> Result<()> {
+    fn append(&self, w: &mut Writer, line: &LineRef<'_>) -> Result<()> {
         let bytes = encode(line);
         let file = w
             .file
             .as_mut()
             .expect("a segment is started before appending");
-        file.write_all(&bytes)
-            .map_err(|e| io_err(&self.dir, format!("batch {batch}: {e}")))?;
+        file.write(&bytes)?;
         // A cached segment that this append extends is read again when needed.
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         if cache.as_ref().is_some_and(|(f, _)| *f == w.first) {
@@ -423,26 +424,20 @@ impl BatchLog {
         if w.unsynced {
             self.sync_writer(w)?;
         }
-        let path = self.dir.join(format!("{batch}.log"));
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(|e| io_err(&path, e))?;
-        file.sync_all().map_err(|e| io_err(&path, e))?;
-        sync_dir(&self.dir).map_err(|e| io_err(&self.dir, e))?;
+        // Created durably, its name included (the storage's contract).
+        let file = self.storage.append(&format!("{batch}.log"))?;
         w.file = Some(file);
         w.first = batch;
         let keep_from = batch
             .saturating_sub(MIN_BATCHES_TO_RETAIN)
             .min(w.recovery_floor);
-        let segs = segments(&self.dir)?;
+        let segs = segments(self.storage.as_ref())?;
         for pair in segs.windows(2) {
-            let (_, path) = &pair[0];
+            let (_, name) = &pair[0];
             let next_first = pair[1].0;
             // The segment holds batches up to `next_first - 1`.
             if next_first <= keep_from {
-                fs::remove_file(path).map_err(|e| io_err(path, e))?;
+                self.storage.delete(name)?;
             }
         }
         Ok(())
@@ -488,7 +483,11 @@ mod tests {
     }
 
     fn segment_firsts(dir: &Path) -> Vec<u64> {
-        segments(dir).unwrap().into_iter().map(|(f, _)| f).collect()
+        segments(&etlantic_core::storage::LocalStorage::new(dir))
+            .unwrap()
+            .into_iter()
+            .map(|(f, _)| f)
+            .collect()
     }
 
     #[test]
@@ -543,7 +542,7 @@ mod tests {
         run(&log, 0..3, None);
         drop(log);
         let path = dir.path().join("0.log");
-        let full = fs::read(&path).unwrap();
+        let full = std::fs::read(&path).unwrap();
         let line_ends: Vec<usize> = full
             .iter()
             .enumerate()
@@ -556,7 +555,7 @@ mod tests {
         // cut within the offsets of batch 2 after it: both are torn tails.
         let start_of_last = line_ends[4];
         for cut in start_of_last..full.len() {
-            fs::write(&path, &full[..cut]).unwrap();
+            std::fs::write(&path, &full[..cut]).unwrap();
             let log = BatchLog::open(dir.path()).unwrap();
             assert_eq!(log.latest_offsets(), Some(2), "cut at {cut}");
             assert_eq!(log.latest_commit(), Some(1), "cut at {cut}");
@@ -570,7 +569,7 @@ mod tests {
             let mut bytes = full[..cut].to_vec();
             // The commit of batch 1 lost a byte in the middle (its page never written).
             bytes[line_ends[2] + 20] ^= 0x55;
-            fs::write(&path, &bytes).unwrap();
+            std::fs::write(&path, &bytes).unwrap();
             let log = BatchLog::open(dir.path()).unwrap();
             assert_eq!(log.latest_offsets(), Some(1), "cut at {cut}");
             assert_eq!(log.latest_commit(), Some(0), "cut at {cut}");
@@ -584,9 +583,9 @@ mod tests {
         run(&log, 0..3, None);
         drop(log);
         let path = dir.path().join("0.log");
-        let mut bytes = fs::read(&path).unwrap();
+        let mut bytes = std::fs::read(&path).unwrap();
         bytes[30] ^= 0x01;
-        fs::write(&path, &bytes).unwrap();
+        std::fs::write(&path, &bytes).unwrap();
         let err = BatchLog::open(dir.path()).unwrap_err();
         assert_eq!(err.code(), "ETL801");
         assert_eq!(read_all(dir.path()).unwrap_err().code(), "ETL801");
@@ -599,7 +598,7 @@ mod tests {
         run(&log, 0..100, None);
         drop(log);
         // A crash right after the next segment was created.
-        File::create(dir.path().join("100.log")).unwrap();
+        std::fs::File::create(dir.path().join("100.log")).unwrap();
         let log = BatchLog::open(dir.path()).unwrap();
         assert_eq!(log.latest_offsets(), Some(99));
         assert_eq!(log.latest_commit(), Some(99));

@@ -67,27 +67,25 @@ use arrow::ipc::writer::{FileWriter, IpcWriteOptions};
 use arrow::ipc::CompressionType;
 use arrow::row::{RowConverter, SortField};
 use etlantic_core::diagnostics::{codes, Diagnostic, Error, Result};
-use etlantic_core::durable::{write_atomic, write_atomic_with};
+use etlantic_core::storage::{self, Storage, Sub};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashSet};
-use std::fs::{self, File, OpenOptions};
-use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-fn io_err(path: &Path, e: impl std::fmt::Display) -> Error {
+fn io_err(at: &str, e: impl std::fmt::Display) -> Error {
     Error::from(Diagnostic::new(
         &codes::IO_ERROR,
-        format!("checkpoint {}: {e}", path.display()),
+        format!("checkpoint {at}: {e}"),
     ))
 }
 
-fn corrupt(path: &Path, e: impl std::fmt::Display) -> Error {
+fn corrupt(at: &str, e: impl std::fmt::Display) -> Error {
     Error::from(Diagnostic::new(
         &codes::CHECKPOINT_CORRUPT,
-        format!("checkpoint file {} is unreadable: {e}", path.display()),
+        format!("checkpoint file {at} is unreadable: {e}"),
     ))
 }
 
@@ -162,46 +160,43 @@ impl CommitEntry {
 #[derive(Debug)]
 pub struct Checkpoint {
     root: PathBuf,
+    /// Where its files are (the local directory `root`, or what a test mounted there).
+    storage: Arc<dyn Storage>,
     log: BatchLog,
     state_log: Arc<StateLog>,
     /// `progress.jsonl`, rotated (see [`ProgressLog`]).
     progress: Mutex<ProgressLog>,
-    _lock: Option<File>,
+    _lock: storage::Lock,
 }
 
 impl Checkpoint {
-    /// Opens (creating if needed) a checkpoint directory and takes its lock.
+    /// Opens (creating if needed) a checkpoint directory and takes its lock. Its files
+    /// go through [`etlantic_core::storage::open`] of `root`.
     pub fn open(root: impl Into<PathBuf>) -> Result<Self> {
         let root = root.into();
-        for d in ["state", "sources"] {
-            fs::create_dir_all(root.join(d)).map_err(|e| io_err(&root, e))?;
-        }
-        let lock_path = root.join(".lock");
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| io_err(&lock_path, e))?;
-        if lock.try_lock().is_err() {
-            return Err(Diagnostic::new(
-                &codes::CHECKPOINT_LOCKED,
-                format!("checkpoint {} is in use by another query", root.display()),
-            )
-            .into());
-        }
-        let log = BatchLog::open(root.join("log"))?;
-        let state_log = Arc::new(StateLog::open(
-            root.join("state-changes"),
-            root.join("state"),
-        )?);
-        let progress = Mutex::new(ProgressLog::new(&root));
+        let storage = storage::open(&root);
+        let lock = storage.lock(".lock").map_err(|e| {
+            if e.code() == codes::CHECKPOINT_LOCKED.code {
+                Diagnostic::new(
+                    &codes::CHECKPOINT_LOCKED,
+                    format!("checkpoint {} is in use by another query", root.display()),
+                )
+                .into()
+            } else {
+                e
+            }
+        })?;
+        let sub = |dir: &str| -> Arc<dyn Storage> { Arc::new(Sub::new(storage.clone(), dir)) };
+        let log = BatchLog::open_in(sub("log"))?;
+        let state_log = Arc::new(StateLog::open_in(sub("state-changes"), sub("state"))?);
+        let progress = Mutex::new(ProgressLog::in_storage(storage.clone()));
         Ok(Checkpoint {
             root,
+            storage,
             log,
             state_log,
             progress,
-            _lock: Some(lock),
+            _lock: lock,
         })
     }
 
@@ -210,44 +205,34 @@ impl Checkpoint {
         &self.root
     }
 
-    fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>> {
-        match fs::read(path) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
+    fn read_json<T: DeserializeOwned>(&self, path: &str) -> Result<Option<T>> {
+        match self.storage.read(path)? {
+            Some(bytes) => serde_json::from_slice(&bytes)
                 .map(Some)
-                .map_err(|e| corrupt(path, e)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(io_err(path, e)),
+                .map_err(|e| corrupt(&self.storage.display(path), e)),
+            None => Ok(None),
         }
-    }
-
-    fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
-        write_atomic(
-            path,
-            &serde_json::to_vec_pretty(value).expect("checkpoint entries serialise"),
-        )
     }
 
     /// The metadata, if the checkpoint has been used before.
     pub fn metadata(&self) -> Result<Option<Metadata>> {
-        Self::read_json(&self.root.join("metadata"))
+        self.read_json("metadata")
     }
 
-    /// Writes the metadata.
+    /// Writes the metadata, atomically and durably.
     pub fn write_metadata(&self, m: &Metadata) -> Result<()> {
-        Self::write_json(&self.root.join("metadata"), m)
+        let bytes = serde_json::to_vec_pretty(m).expect("checkpoint entries serialise");
+        storage::put_bytes(self.storage.as_ref(), "metadata", &bytes)
     }
 
     /// The batch ids of a directory of Spark's layout (`offsets/`, `commits/`), if the
     /// checkpoint has one (see the module docs).
     fn legacy_ids(&self, dir: &str) -> Result<Vec<u64>> {
-        let d = self.root.join(dir);
-        let entries = match fs::read_dir(&d) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(io_err(&d, e)),
-        };
-        let mut ids: Vec<u64> = entries
-            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        let mut ids: Vec<u64> = self
+            .storage
+            .list(dir)?
+            .iter()
+            .filter_map(|name| name.parse().ok())
             .collect();
         ids.sort_unstable();
         Ok(ids)
@@ -269,7 +254,7 @@ impl Checkpoint {
     pub fn offsets(&self, batch: u64) -> Result<Option<OffsetEntry>> {
         match self.log.offsets(batch)? {
             Some(e) => Ok(Some(e)),
-            None => Self::read_json(&self.root.join("offsets").join(batch.to_string())),
+            None => self.read_json(&format!("offsets/{batch}")),
         }
     }
 
@@ -282,7 +267,7 @@ impl Checkpoint {
     pub fn commit(&self, batch: u64) -> Result<Option<CommitEntry>> {
         match self.log.commit(batch)? {
             Some(e) => Ok(Some(e)),
-            None => Self::read_json(&self.root.join("commits").join(batch.to_string())),
+            None => self.read_json(&format!("commits/{batch}")),
         }
     }
 
@@ -306,7 +291,7 @@ impl Checkpoint {
     /// runtime writes the snapshots while the sinks write).
     pub fn state_files(&self) -> StateFiles {
         StateFiles {
-            root: self.root.join("state"),
+            storage: Arc::new(Sub::new(self.storage.clone(), "state")),
             log: self.state_log.clone(),
         }
     }
@@ -348,41 +333,36 @@ impl Checkpoint {
 /// log (`state-changes/`, see [`super::state_log`]).
 #[derive(Clone, Debug)]
 pub struct StateFiles {
-    root: PathBuf,
+    /// The `state/` directory.
+    storage: Arc<dyn Storage>,
     log: Arc<StateLog>,
 }
 
 impl StateFiles {
-    fn path(&self, op: &str, version: u64) -> PathBuf {
-        self.root.join(op).join(format!("{version}.arrow"))
+    fn path(&self, op: &str, version: u64) -> String {
+        format!("{op}/{version}.arrow")
     }
 
-    fn delta_path(&self, op: &str, version: u64) -> PathBuf {
-        self.root.join(op).join(format!("{version}.delta.arrow"))
+    fn delta_path(&self, op: &str, version: u64) -> String {
+        format!("{op}/{version}.delta.arrow")
     }
 
-    fn write_file(&self, path: &Path, batch: &RecordBatch) -> Result<()> {
-        // Encoded straight into the file (through a buffer): a micro-batch's state can
-        // be tens of MB, which an in-memory copy would allocate (and fault in) again
-        // for every file. The buffer only gathers the small writes (message headers,
-        // padding); 64 KiB stays in the allocator's reused pages, where 1 MiB was
-        // fresh memory, faulted in, for every file (perf: 2% of Nexmark q3's CPU).
-        write_atomic_with(path, |file| {
-            let mut out = BufWriter::with_capacity(64 << 10, file);
-            {
-                // LZ4 frames: state holds long runs of nulls (a join side's columns in
-                // the other side's rows, removed rows) and repeated values; compressing
-                // costs less than writing and syncing them. Readers decompress
-                // transparently.
-                let options = IpcWriteOptions::default()
-                    .try_with_compression(Some(CompressionType::LZ4_FRAME))
-                    .map_err(|e| io_err(path, e))?;
-                let mut w = FileWriter::try_new_with_options(&mut out, &batch.schema(), options)
-                    .map_err(|e| io_err(path, e))?;
-                w.write(batch).map_err(|e| io_err(path, e))?;
-                w.finish().map_err(|e| io_err(path, e))?;
-            }
-            out.into_inner().map_err(|e| io_err(path, e.error()))
+    fn write_file(&self, path: &str, batch: &RecordBatch) -> Result<()> {
+        // Encoded straight into the file (the storage buffers its writes): a
+        // micro-batch's state can be tens of MB, which an in-memory copy would allocate
+        // (and fault in) again for every file.
+        let at = self.storage.display(path);
+        self.storage.put(path, &mut |out| {
+            // LZ4 frames: state holds long runs of nulls (a join side's columns in the
+            // other side's rows, removed rows) and repeated values; compressing costs less
+            // than writing and syncing them. Readers decompress transparently.
+            let options = IpcWriteOptions::default()
+                .try_with_compression(Some(CompressionType::LZ4_FRAME))
+                .map_err(|e| io_err(&at, e))?;
+            let mut w = FileWriter::try_new_with_options(out, &batch.schema(), options)
+                .map_err(|e| io_err(&at, e))?;
+            w.write(batch).map_err(|e| io_err(&at, e))?;
+            w.finish().map_err(|e| io_err(&at, e))
         })
     }
 
@@ -394,18 +374,17 @@ impl StateFiles {
     /// newest version reaches back to the newest whole snapshot, however old it is (a
     /// snapshot written in the background may have been skipped).
     fn forget_before(&self, op: &str, version: u64) {
-        let Ok(entries) = fs::read_dir(self.root.join(op)) else {
+        let Ok(entries) = self.storage.list(op) else {
             return;
         };
-        let files: Vec<(u64, bool, PathBuf)> = entries
-            .flatten()
-            .filter_map(|e| {
-                let name = e.file_name().to_str()?.to_string();
+        let files: Vec<(u64, bool, String)> = entries
+            .iter()
+            .filter_map(|name| {
                 let (number, whole) = match name.strip_suffix(".delta.arrow") {
                     Some(n) => (n, false),
                     None => (name.strip_suffix(".arrow")?, true),
                 };
-                Some((number.parse().ok()?, whole, e.path()))
+                Some((number.parse().ok()?, whole, format!("{op}/{name}")))
             })
             .collect();
         let Some(previous) = files
@@ -419,7 +398,7 @@ impl StateFiles {
         let oldest_kept = previous.min(version.saturating_sub(KEPT_VERSIONS));
         for (v, _, path) in &files {
             if *v < oldest_kept {
-                let _ = fs::remove_file(path);
+                let _ = self.storage.delete(path);
             }
         }
     }
@@ -459,7 +438,9 @@ impl StateFiles {
         // the batch that did not commit; the chain must use this record instead.
         if self.log.may_have_stale_whole(version) {
             for (op, _) in entries {
-                if fs::remove_file(self.path(op, version)).is_ok() {
+                let path = self.path(op, version);
+                if self.storage.size(&path)?.is_some() {
+                    self.storage.delete(&path)?;
                     self.log.note_whole_removed(op);
                 }
             }
@@ -474,9 +455,9 @@ impl StateFiles {
             return Ok(Some(logged));
         }
         let path = self.delta_path(op, version);
-        match Self::read_file(&path)? {
+        match self.read_file(&path)? {
             Some(changes) => Ok(Some(Logged::Changes {
-                since: since_of(&path, &changes, version)?,
+                since: since_of(&self.storage.display(&path), &changes, version)?,
                 changes,
             })),
             None => Ok(None),
@@ -510,14 +491,14 @@ impl StateFiles {
                 }
                 (None, Some(Logged::Changes { .. })) => {
                     return Err(corrupt(
-                        &self.root.join(op),
+                        &self.storage.display(op),
                         format!("version {v} holds changes, but the operator keeps no changelog"),
                     ))
                 }
                 (_, None) if deltas.is_empty() => return Ok(None),
                 (_, None) => {
                     return Err(corrupt(
-                        &self.root.join(op),
+                        &self.storage.display(op),
                         format!("the state changes of version {v} are missing"),
                     ))
                 }
@@ -533,26 +514,26 @@ impl StateFiles {
         Ok(state)
     }
 
-    fn read_file(path: &Path) -> Result<Option<RecordBatch>> {
-        let mut file = match File::open(path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(io_err(path, e)),
+    fn read_file(&self, path: &str) -> Result<Option<RecordBatch>> {
+        let Some(bytes) = self.storage.read(path)? else {
+            return Ok(None);
         };
-        let len = file.metadata().map_err(|e| io_err(path, e))?.len();
-        super::ipc_guard::check_file(&mut file, len, path)?;
-        super::ipc_guard::decode(path, || {
-            let mut reader = FileReader::try_new(file, None).map_err(|e| corrupt(path, e))?;
+        let at = self.storage.display(path);
+        let mut file = std::io::Cursor::new(bytes);
+        let len = file.get_ref().len() as u64;
+        super::ipc_guard::check_file(&mut file, len, &at)?;
+        super::ipc_guard::decode(&at, || {
+            let mut reader = FileReader::try_new(file, None).map_err(|e| corrupt(&at, e))?;
             match reader.next() {
-                Some(b) => Ok(Some(b.map_err(|e| corrupt(path, e))?)),
-                None => Err(corrupt(path, "no record batch")),
+                Some(b) => Ok(Some(b.map_err(|e| corrupt(&at, e))?)),
+                None => Err(corrupt(&at, "no record batch")),
             }
         })
     }
 
     /// Reads an operator's whole snapshot for `version` (`None` when there is none).
     pub fn read(&self, op: &str, version: u64) -> Result<Option<RecordBatch>> {
-        Self::read_file(&self.path(op, version))
+        self.read_file(&self.path(op, version))
     }
 }
 
@@ -562,7 +543,7 @@ pub const SINCE_METADATA: &str = "etlantic.state.since";
 
 /// The version the changes file `path` of `version` was written since: its
 /// [`SINCE_METADATA`], or `version - 1` for files written before it existed.
-fn since_of(path: &Path, changes: &RecordBatch, version: u64) -> Result<u64> {
+fn since_of(path: &str, changes: &RecordBatch, version: u64) -> Result<u64> {
     match changes.schema().metadata().get(SINCE_METADATA) {
         None => Ok(version.saturating_sub(1)),
         Some(s) => match s.parse::<u64>() {
@@ -1298,14 +1279,14 @@ mod tests {
             state_version: None,
         };
         for b in 0..3 {
-            write_atomic(
+            etlantic_core::durable::write_atomic(
                 &dir.path().join("offsets").join(b.to_string()),
                 &serde_json::to_vec_pretty(&entry(b)).unwrap(),
             )
             .unwrap();
         }
         for b in 0..2 {
-            write_atomic(
+            etlantic_core::durable::write_atomic(
                 &dir.path().join("commits").join(b.to_string()),
                 &serde_json::to_vec_pretty(&commit).unwrap(),
             )

@@ -20,7 +20,6 @@ use super::batch_log::corrupt;
 use arrow::ipc::{root_as_footer, root_as_message, Block, MessageHeader};
 use etlantic_core::diagnostics::Result;
 use std::io::{Read, Seek, SeekFrom};
-use std::path::Path;
 
 const MAGIC: &[u8; 6] = b"ARROW1";
 const CONTINUATION: [u8; 4] = [0xff; 4];
@@ -29,7 +28,7 @@ const MAX_LZ4_EXPANSION: u64 = 256;
 const LZ4_SLACK: u64 = 1024;
 
 /// Checks an Arrow IPC file (`path` names it in errors) whose `len` bytes `reader` reads.
-pub(crate) fn check_file<R: Read + Seek>(reader: &mut R, len: u64, path: &Path) -> Result<()> {
+pub(crate) fn check_file<R: Read + Seek>(reader: &mut R, len: u64, path: &str) -> Result<()> {
     let bad = |what: String| corrupt(path, format!("not a whole Arrow IPC file: {what}"));
     if len < 16 {
         return Err(bad(format!("{len} bytes")));
@@ -86,7 +85,7 @@ pub(crate) fn check_file<R: Read + Seek>(reader: &mut R, len: u64, path: &Path) 
 }
 
 /// Checks Arrow IPC stream bytes (the state log's payloads; `path` names their file).
-pub(crate) fn check_stream(bytes: &[u8], path: &Path) -> Result<()> {
+pub(crate) fn check_stream(bytes: &[u8], path: &str) -> Result<()> {
     let bad = |what: String| corrupt(path, format!("not a whole Arrow IPC stream: {what}"));
     let mut cursor = std::io::Cursor::new(bytes);
     let mut at = 0usize;
@@ -131,7 +130,7 @@ fn check_message<R: Read + Seek>(
     message: &[u8],
     body_start: u64,
     body_len: u64,
-    path: &Path,
+    path: &str,
 ) -> Result<()> {
     let bad = |what: String| corrupt(path, format!("an Arrow IPC message is damaged: {what}"));
     let message = root_as_message(message).map_err(|e| bad(e.to_string()))?;
@@ -192,13 +191,13 @@ fn check_message<R: Read + Seek>(
 
 /// Runs `read` — Arrow's IPC reader on checked bytes — and turns a panic of the reader
 /// into `ETL801` for `path` (see the module docs).
-pub(crate) fn decode<T>(path: &Path, read: impl FnOnce() -> Result<T>) -> Result<T> {
+pub(crate) fn decode<T>(path: &str, read: impl FnOnce() -> Result<T>) -> Result<T> {
     etlantic_core::untrusted::decode(read, |why| {
         corrupt(path, format!("Arrow's IPC reader failed: {why}"))
     })
 }
 
-fn read_at<R: Read + Seek>(reader: &mut R, at: u64, buf: &mut [u8], path: &Path) -> Result<()> {
+fn read_at<R: Read + Seek>(reader: &mut R, at: u64, buf: &mut [u8], path: &str) -> Result<()> {
     reader
         .seek(SeekFrom::Start(at))
         .and_then(|_| reader.read_exact(buf))
@@ -260,7 +259,7 @@ mod tests {
             w.write(&b).unwrap();
             w.finish().unwrap();
         }
-        let path = Path::new("x.arrow");
+        let path = "x.arrow";
         check_file(&mut std::io::Cursor::new(&file), file.len() as u64, path).unwrap();
         check_stream(&stream, path).unwrap();
         let read_file = |bytes: &[u8]| {

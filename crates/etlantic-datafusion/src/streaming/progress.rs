@@ -5,10 +5,10 @@ use super::checkpoint::OffsetEntry;
 use super::operators::StateMetrics;
 use chrono::{DateTime, SecondsFormat, Utc};
 use etlantic_core::diagnostics::{codes, Error, Result};
+use etlantic_core::storage::{AppendFile, Storage};
 use serde_json::{json, Map, Value};
-use std::fs::File;
-use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The progress log of a query: one JSON record per micro-batch appended to
@@ -21,15 +21,18 @@ use std::time::Duration;
 /// never reads them, so they are not synced.
 #[derive(Debug)]
 pub struct ProgressLog {
-    path: PathBuf,
-    file: Option<File>,
-    len: u64,
+    /// The checkpoint directory.
+    storage: Arc<dyn Storage>,
+    file: Option<Box<dyn AppendFile>>,
     limit: u64,
 }
 
 /// The default size at which `progress.jsonl` is rotated (8 MiB: some 5,000 micro-batches
 /// of a query with a few operators).
 pub const PROGRESS_ROTATE_BYTES: u64 = 8 << 20;
+
+const CURRENT: &str = "progress.jsonl";
+const ROTATED: &str = "progress.1.jsonl";
 
 impl ProgressLog {
     /// The progress log in checkpoint directory `dir` (nothing is opened yet).
@@ -39,55 +42,40 @@ impl ProgressLog {
 
     /// Like [`ProgressLog::new`] with another rotation size.
     pub fn with_limit(dir: &Path, limit: u64) -> Self {
+        let mut log = Self::in_storage(etlantic_core::storage::open(dir));
+        log.limit = limit.max(1);
+        log
+    }
+
+    /// The progress log of the checkpoint kept in `storage`.
+    pub fn in_storage(storage: Arc<dyn Storage>) -> Self {
         ProgressLog {
-            path: dir.join("progress.jsonl"),
+            storage,
             file: None,
-            len: 0,
-            limit: limit.max(1),
+            limit: PROGRESS_ROTATE_BYTES,
         }
     }
 
     /// The rotated predecessor of `progress.jsonl` in `dir`.
     pub fn rotated_path(dir: &Path) -> PathBuf {
-        dir.join("progress.1.jsonl")
+        dir.join(ROTATED)
     }
 
     /// Appends one record, rotating first when it would pass the limit.
     pub fn append(&mut self, record: &Value) -> Result<()> {
-        let io = |e: std::io::Error, path: &Path| {
-            Error::new(
-                &codes::IO_ERROR,
-                format!("cannot append to `{}`: {e}", path.display()),
-            )
-        };
-        let mut line = serde_json::to_vec(record).map_err(|e| io(e.into(), &self.path))?;
+        let mut line = serde_json::to_vec(record)
+            .map_err(|e| Error::new(&codes::ENGINE_ERROR, format!("a progress record: {e}")))?;
         line.push(b'\n');
         if self.file.is_none() {
-            let f = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&self.path)
-                .map_err(|e| io(e, &self.path))?;
-            self.len = f.metadata().map(|m| m.len()).unwrap_or(0);
-            self.file = Some(f);
+            self.file = Some(self.storage.append(CURRENT)?);
         }
-        if self.len > 0 && self.len + line.len() as u64 > self.limit {
+        let len = self.file.as_ref().map_or(0, |f| f.len());
+        if len > 0 && len + line.len() as u64 > self.limit {
             self.file = None;
-            let dir = self.path.parent().unwrap_or(Path::new("."));
-            std::fs::rename(&self.path, Self::rotated_path(dir)).map_err(|e| io(e, &self.path))?;
-            self.file = Some(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(&self.path)
-                    .map_err(|e| io(e, &self.path))?,
-            );
-            self.len = 0;
+            self.storage.rename(CURRENT, ROTATED)?;
+            self.file = Some(self.storage.append(CURRENT)?);
         }
-        let file = self.file.as_mut().expect("opened above");
-        file.write_all(&line).map_err(|e| io(e, &self.path))?;
-        self.len += line.len() as u64;
-        Ok(())
+        self.file.as_mut().expect("opened above").write(&line)
     }
 }
 

@@ -1667,10 +1667,10 @@ impl StreamingQuery {
     /// What this query already quarantined for `batch_id` (key → count).
     fn quarantined_by_batch(&self, batch_id: u64) -> Result<HashMap<String, usize>> {
         let mut out = HashMap::new();
-        let Some(path) = self.quarantine.as_ref().filter(|p| p.exists()) else {
+        let Some(path) = self.quarantine.as_ref() else {
             return Ok(out);
         };
-        for line in etlantic_sinks::quarantine::read_quarantine(path)? {
+        for line in etlantic_sinks::quarantine::read_quarantine_if_any(path)? {
             if line["query_id"].as_str() == Some(self.query_id.as_str())
                 && line["batch_id"].as_u64() == Some(batch_id)
             {

@@ -49,13 +49,12 @@ use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::{IpcWriteOptions, StreamWriter};
 use arrow::ipc::CompressionType;
 use etlantic_core::diagnostics::Result;
-use etlantic_core::durable::sync_dir;
+use etlantic_core::storage::{AppendFile, Storage};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
-use std::fs::{self, File, OpenOptions};
-use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::io::{BufWriter, Write};
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Versions per segment file.
 pub const SEGMENT_VERSIONS: u64 = super::checkpoint::FULL_SNAPSHOT_EVERY;
@@ -170,7 +169,7 @@ fn record_at(bytes: &[u8], at: usize, verify: bool) -> Option<(Head, usize, usiz
 }
 
 /// Scans a whole segment, checking every record.
-fn scan_bytes(path: &Path, bytes: &[u8]) -> Result<Scan> {
+fn scan_bytes(path: &str, bytes: &[u8]) -> Result<Scan> {
     let mut records = Vec::new();
     let mut at = 0usize;
     while at < bytes.len() {
@@ -207,37 +206,36 @@ fn scan_bytes(path: &Path, bytes: &[u8]) -> Result<Scan> {
 
 /// Scans a segment by its heads only (reading past the payloads): for the segments
 /// before the last, whose payloads are checked when read.
-fn scan_heads(path: &Path) -> Result<Scan> {
-    let mut file = File::open(path).map_err(|e| io_err(path, e))?;
-    let len = file.metadata().map_err(|e| io_err(path, e))?.len();
+fn scan_heads(storage: &dyn Storage, name: &str) -> Result<Scan> {
+    let path = storage.display(name);
+    let len = storage.size(name)?.unwrap_or(0);
     let mut records = Vec::new();
     let mut at = 0u64;
-    let damaged = |at: u64| corrupt(path, format!("a damaged record at byte {at}"));
+    let damaged = |at: u64| corrupt(&path, format!("a damaged record at byte {at}"));
     while at < len {
-        let mut prefix = [0u8; PREFIX];
-        file.seek(SeekFrom::Start(at))
-            .and_then(|_| file.read_exact(&mut prefix))
-            .map_err(|_| damaged(at))?;
+        if at + PREFIX as u64 > len {
+            return Err(damaged(at));
+        }
+        let prefix = storage.read_range(name, at, PREFIX as u64)?;
         let head_len = u32::from_le_bytes(prefix[4..8].try_into().expect("4 bytes")) as u64;
         if &prefix[..4] != MAGIC || at + PREFIX as u64 + head_len > len {
             return Err(damaged(at));
         }
-        let mut bytes = prefix.to_vec();
-        bytes.resize(PREFIX + head_len as usize, 0);
-        file.read_exact(&mut bytes[PREFIX..])
-            .map_err(|e| io_err(path, e))?;
+        let head_bytes = storage.read_range(name, at + PREFIX as u64, head_len)?;
         // The payloads are not read: `record_at` sees the head only, so check its CRC
         // and parse it here.
         let head_crc = u32::from_le_bytes(prefix[8..12].try_into().expect("4 bytes"));
-        if crc32fast::hash(&bytes[PREFIX..]) != head_crc {
+        if crc32fast::hash(&head_bytes) != head_crc {
             return Err(damaged(at));
         }
-        let head: Head = serde_json::from_slice(&bytes[PREFIX..]).map_err(|_| damaged(at))?;
+        let head: Head = serde_json::from_slice(&head_bytes).map_err(|_| damaged(at))?;
         let payloads_at = at + PREFIX as u64 + head_len;
-        let end = payloads_at + head.entries.iter().map(|e| e.len).sum::<u64>();
-        if end > len {
-            return Err(damaged(at));
-        }
+        let end = head
+            .entries
+            .iter()
+            .try_fold(payloads_at, |end, e| end.checked_add(e.len))
+            .filter(|end| *end <= len)
+            .ok_or_else(|| damaged(at))?;
         records.push(Scanned { head, payloads_at });
         at = end;
     }
@@ -248,20 +246,20 @@ fn scan_heads(path: &Path) -> Result<Scan> {
     })
 }
 
-/// Scans every segment of `dir` (the last one wholly, the others by their heads). A torn
-/// tail of the last segment is reported, not repaired.
-fn scan_all(dir: &Path) -> Result<Vec<(u64, PathBuf, Scan)>> {
-    let segs = segments(dir)?;
+/// Scans every segment of the log in `storage` (the last one wholly, the others by their
+/// heads). A torn tail of the last segment is reported, not repaired.
+fn scan_all(storage: &dyn Storage) -> Result<Vec<(u64, String, Scan)>> {
+    let segs = segments(storage)?;
     let last = segs.len().saturating_sub(1);
     let mut out = Vec::with_capacity(segs.len());
-    for (i, (first, path)) in segs.into_iter().enumerate() {
+    for (i, (first, name)) in segs.into_iter().enumerate() {
         let scan = if i == last {
-            let bytes = fs::read(&path).map_err(|e| io_err(&path, e))?;
-            scan_bytes(&path, &bytes)?
+            let bytes = storage.read(&name)?.unwrap_or_default();
+            scan_bytes(&storage.display(&name), &bytes)?
         } else {
-            scan_heads(&path)?
+            scan_heads(storage, &name)?
         };
-        out.push((first, path, scan));
+        out.push((first, name, scan));
     }
     Ok(out)
 }
@@ -271,7 +269,7 @@ fn scan_all(dir: &Path) -> Result<Vec<(u64, PathBuf, Scan)>> {
 /// tests. A torn tail is left out, not repaired.
 pub fn logged_versions(dir: &Path) -> Result<BTreeMap<String, Vec<u64>>> {
     let mut out: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-    for (_, _, scan) in scan_all(dir)? {
+    for (_, _, scan) in scan_all(etlantic_core::storage::open(dir).as_ref())? {
         for r in &scan.records {
             for e in &r.head.entries {
                 out.entry(e.op.clone()).or_default().push(r.head.version);
@@ -285,17 +283,16 @@ pub fn logged_versions(dir: &Path) -> Result<BTreeMap<String, Vec<u64>>> {
     Ok(out)
 }
 
-/// The whole snapshot versions of the operator directory `dir` (`<version>.arrow`).
-fn whole_versions(dir: &Path) -> Vec<u64> {
-    let Ok(entries) = fs::read_dir(dir) else {
+/// The whole snapshot versions of operator `op` in the state directory `state`
+/// (`<op>/<version>.arrow`).
+fn whole_versions(state: &dyn Storage, op: &str) -> Vec<u64> {
+    let Ok(entries) = state.list(op) else {
         return Vec::new();
     };
     let mut out: Vec<u64> = entries
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name();
-            name.to_str()?
-                .strip_suffix(".arrow")
+        .iter()
+        .filter_map(|name| {
+            name.strip_suffix(".arrow")
                 .filter(|n| !n.ends_with(".delta"))?
                 .parse()
                 .ok()
@@ -350,8 +347,7 @@ impl Wholes {
 /// The segment being appended to.
 struct Current {
     first: u64,
-    file: File,
-    len: u64,
+    file: Box<dyn AppendFile>,
 }
 
 #[derive(Default)]
@@ -368,8 +364,10 @@ struct Inner {
 /// The state log (see the module docs). Owned by one query: the checkpoint's lock
 /// keeps other writers out.
 pub struct StateLog {
-    dir: PathBuf,
-    state_dir: PathBuf,
+    /// The log's directory (`state-changes/`).
+    storage: Arc<dyn Storage>,
+    /// The whole snapshot files' directory (`state/`).
+    state: Arc<dyn Storage>,
     inner: Mutex<Inner>,
     /// The newest whole snapshot version on disk when the log was opened: whole
     /// snapshots of versions after the last commit may be left by a run that did not
@@ -379,27 +377,31 @@ pub struct StateLog {
 
 impl std::fmt::Debug for StateLog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StateLog").field("dir", &self.dir).finish()
+        f.debug_struct("StateLog")
+            .field("at", &self.storage.display(""))
+            .finish()
     }
 }
 
 impl StateLog {
-    /// Opens the log in `dir` (created at the first append), with the operators' whole
-    /// snapshots in `state_dir/<op>/`, and repairs a torn tail of its last segment.
-    pub fn open(dir: impl Into<PathBuf>, state_dir: impl Into<PathBuf>) -> Result<Self> {
-        let dir = dir.into();
-        let state_dir = state_dir.into();
-        let scans = scan_all(&dir)?;
+    /// Opens the log in directory `dir`, with the operators' whole snapshots in
+    /// `state_dir/<op>/` (see [`StateLog::open_in`]).
+    pub fn open(dir: impl AsRef<Path>, state_dir: impl AsRef<Path>) -> Result<Self> {
+        Self::open_in(
+            etlantic_core::storage::open(dir.as_ref()),
+            etlantic_core::storage::open(state_dir.as_ref()),
+        )
+    }
+
+    /// Opens the log kept in `storage` (created at the first append), with the operators'
+    /// whole snapshots in `state` (`<op>/<version>.arrow`), and repairs a torn tail of its
+    /// last segment.
+    pub fn open_in(storage: Arc<dyn Storage>, state: Arc<dyn Storage>) -> Result<Self> {
+        let scans = scan_all(storage.as_ref())?;
         let mut inner = Inner::default();
-        for (first, path, scan) in &scans {
+        for (first, name, scan) in &scans {
             if scan.torn {
-                let f = OpenOptions::new()
-                    .write(true)
-                    .open(path)
-                    .map_err(|e| io_err(path, e))?;
-                f.set_len(scan.intact_len)
-                    .and_then(|_| f.sync_all())
-                    .map_err(|e| io_err(path, e))?;
+                storage.append(name)?.truncate(scan.intact_len)?;
             }
             let mut newest = 0;
             for r in &scan.records {
@@ -408,32 +410,27 @@ impl StateLog {
             }
             inner.segments.insert(*first, newest);
         }
-        if let Some((first, path, scan)) = scans.last() {
-            let file = OpenOptions::new()
-                .write(true)
-                .open(path)
-                .map_err(|e| io_err(path, e))?;
+        if let Some((first, name, _)) = scans.last() {
             inner.current = Some(Current {
                 first: *first,
-                file,
-                len: scan.intact_len,
+                file: storage.append(name)?,
             });
         }
         let ops: Vec<String> = inner.index.keys().cloned().collect();
         for op in ops {
-            let w = inner.wholes_of(&state_dir, &op);
+            let w = inner.wholes_of(state.as_ref(), &op);
             inner.wholes.insert(op, w);
         }
-        let newest_whole_at_open = fs::read_dir(&state_dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|d| whole_versions(&d.path()).last().copied())
+        let newest_whole_at_open = state
+            .list("")?
+            .iter()
+            .filter_map(|d| d.strip_suffix('/'))
+            .filter_map(|op| whole_versions(state.as_ref(), op).last().copied())
             .max()
             .unwrap_or(0);
         Ok(StateLog {
-            dir,
-            state_dir,
+            storage,
+            state,
             inner: Mutex::new(inner),
             newest_whole_at_open,
         })
@@ -465,27 +462,26 @@ impl StateLog {
             self.start_segment(inner, version)?;
         }
         let current = inner.current.as_mut().expect("started above");
-        let path = self.dir.join(format!("{}.log", current.first));
-        let start = current.len;
-        let written = write_record(&current.file, start, version, since, entries);
+        let start = current.file.len();
+        let written = write_record(current.file.as_mut(), version, since, entries);
         let (head, head_len) = match written {
             Ok(h) => h,
             Err(e) => {
                 // Cut what was written of the record, so the next append follows an
                 // intact log; if even that fails, the open after a restart repairs it.
-                let _ = current.file.set_len(start);
-                return Err(io_err(&path, format!("version {version}: {e}")));
+                let _ = current.file.truncate(start);
+                let at = self.storage.display(&format!("{}.log", current.first));
+                return Err(io_err(&at, format!("version {version}: {e}")));
             }
         };
         let first = current.first;
         let payloads_at = start + (PREFIX + head_len) as u64;
-        current.len = payloads_at + head.entries.iter().map(|e| e.len).sum::<u64>();
         inner.add_record(first, &head, payloads_at);
         let newest = inner.segments.entry(first).or_insert(0);
         *newest = (*newest).max(version);
         for e in &head.entries {
             if !inner.wholes.contains_key(&e.op) {
-                let w = inner.wholes_of(&self.state_dir, &e.op);
+                let w = inner.wholes_of(self.state.as_ref(), &e.op);
                 inner.wholes.insert(e.op.clone(), w);
             } else if e.whole {
                 inner.wholes.get_mut(&e.op).expect("checked").add(version);
@@ -497,20 +493,11 @@ impl StateLog {
     /// Starts the segment `<version>.log`, makes its name durable, and removes the
     /// segments no chain needs any more.
     fn start_segment(&self, inner: &mut Inner, version: u64) -> Result<()> {
-        fs::create_dir_all(&self.dir).map_err(|e| io_err(&self.dir, e))?;
-        let path = self.dir.join(format!("{version}.log"));
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(|e| io_err(&path, e))?;
-        let len = file.metadata().map_err(|e| io_err(&path, e))?.len();
-        sync_dir(&self.dir).map_err(|e| io_err(&self.dir, e))?;
+        // Created durably, its name included (the storage's contract).
+        let file = self.storage.append(&format!("{version}.log"))?;
         inner.current = Some(Current {
             first: version,
             file,
-            len,
         });
         inner.segments.entry(version).or_insert(0);
         self.forget(inner);
@@ -534,8 +521,7 @@ impl StateLog {
             .map(|(first, _)| *first)
             .collect();
         for first in gone {
-            let path = self.dir.join(format!("{first}.log"));
-            if fs::remove_file(&path).is_ok() {
+            if self.storage.delete(&format!("{first}.log")).is_ok() {
                 inner.segments.remove(&first);
                 for versions in inner.index.values_mut() {
                     versions.retain(|_, l| l.segment != first);
@@ -561,7 +547,7 @@ impl StateLog {
     pub fn note_whole_removed(&self, op: &str) {
         let mut inner = self.inner();
         if inner.wholes.contains_key(op) {
-            let w = inner.wholes_of(&self.state_dir, op);
+            let w = inner.wholes_of(self.state.as_ref(), op);
             inner.wholes.insert(op.to_string(), w);
         }
     }
@@ -575,15 +561,16 @@ impl StateLog {
             .get(op)
             .and_then(|versions| versions.get(&version))
             .copied();
-        at.map(|at| read_at(&self.dir, op, version, at)).transpose()
+        at.map(|at| read_at(self.storage.as_ref(), op, version, at))
+            .transpose()
     }
 }
 
 /// Reads the entry at `at`, checking its checksum.
-fn read_at(dir: &Path, op: &str, version: u64, at: Location) -> Result<Logged> {
-    let path = dir.join(format!("{}.log", at.segment));
-    let mut file = File::open(&path).map_err(|e| io_err(&path, e))?;
-    let file_len = file.metadata().map_err(|e| io_err(&path, e))?.len();
+fn read_at(storage: &dyn Storage, op: &str, version: u64, at: Location) -> Result<Logged> {
+    let name = format!("{}.log", at.segment);
+    let path = storage.display(&name);
+    let file_len = storage.size(&name)?.unwrap_or(0);
     // The head that gave this location passed its checksum; its lengths are checked
     // against the file anyway before anything is allocated from them.
     if at
@@ -599,10 +586,7 @@ fn read_at(dir: &Path, op: &str, version: u64, at: Location) -> Result<Logged> {
             ),
         ));
     }
-    let mut bytes = vec![0u8; at.len as usize];
-    file.seek(SeekFrom::Start(at.offset))
-        .and_then(|_| file.read_exact(&mut bytes))
-        .map_err(|e| io_err(&path, e))?;
+    let bytes = storage.read_range(&name, at.offset, at.len)?;
     if crc32fast::hash(&bytes) != at.crc {
         return Err(corrupt(
             &path,
@@ -632,8 +616,9 @@ fn read_at(dir: &Path, op: &str, version: u64, at: Location) -> Result<Logged> {
 /// `state-changes/`), read without opening the log for writing: for tools and tests. A
 /// torn tail is left out, not repaired.
 pub fn read_logged(dir: &Path, op: &str, version: u64) -> Result<Option<Logged>> {
+    let storage = etlantic_core::storage::open(dir);
     let mut inner = Inner::default();
-    for (first, _, scan) in scan_all(dir)? {
+    for (first, _, scan) in scan_all(storage.as_ref())? {
         for r in &scan.records {
             inner.add_record(first, &r.head, r.payloads_at);
         }
@@ -643,14 +628,15 @@ pub fn read_logged(dir: &Path, op: &str, version: u64) -> Result<Option<Logged>>
         .get(op)
         .and_then(|versions| versions.get(&version))
         .copied();
-    at.map(|at| read_at(dir, op, version, at)).transpose()
+    at.map(|at| read_at(storage.as_ref(), op, version, at))
+        .transpose()
 }
 
 impl Inner {
     /// The durable whole snapshots of `op`: its files in `state_dir/<op>/` and its whole
     /// entries in the log.
-    fn wholes_of(&self, state_dir: &Path, op: &str) -> Wholes {
-        let mut versions = whole_versions(&state_dir.join(op));
+    fn wholes_of(&self, state: &dyn Storage, op: &str) -> Wholes {
+        let mut versions = whole_versions(state, op);
         if let Some(logged) = self.index.get(op) {
             versions.extend(logged.iter().filter(|(_, l)| l.whole).map(|(v, _)| *v));
         }
@@ -678,7 +664,7 @@ impl Inner {
     }
 }
 
-/// Writes one record at `start` of `file` and syncs it: a space for the prefix and head,
+/// Writes one record at the end of `file` and syncs it: a space for the prefix and head,
 /// the payloads (encoded straight into the file, through a buffer), then the prefix and
 /// head over that space. Returns the head and its length.
 ///
@@ -689,8 +675,7 @@ impl Inner {
 /// with spaces); until it is written that space is zeros, which fail the head's check,
 /// so a crash in between leaves a torn record.
 fn write_record(
-    file: &File,
-    start: u64,
+    file: &mut dyn AppendFile,
     version: u64,
     since: u64,
     entries: &[(&str, LogEntry<'_>)],
@@ -715,9 +700,8 @@ fn write_record(
     let head_len = serde_json::to_vec(&head_of(&mut |_| (u64::MAX, u32::MAX)))
         .map_err(std::io::Error::other)?
         .len();
-    let mut f = file;
-    f.seek(SeekFrom::Start(start))?;
-    let mut out = BufWriter::with_capacity(64 << 10, f);
+    let start = file.len();
+    let mut out = BufWriter::with_capacity(64 << 10, Appending(&mut *file));
     out.write_all(&vec![0u8; PREFIX + head_len])?;
     let mut sizes = Vec::with_capacity(entries.len());
     for (_, entry) in entries {
@@ -729,7 +713,6 @@ fn write_record(
         encode(&mut tally, entry.batch()).map_err(std::io::Error::other)?;
         sizes.push((tally.len, tally.crc.finalize()));
     }
-    let end = out.stream_position()?;
     out.into_inner().map_err(|e| e.into_error())?;
     let head = head_of(&mut |i| sizes[i]);
     let mut head_bytes = serde_json::to_vec(&head).map_err(std::io::Error::other)?;
@@ -740,11 +723,24 @@ fn write_record(
     prefix.extend_from_slice(&(head_len as u32).to_le_bytes());
     prefix.extend_from_slice(&crc32fast::hash(&head_bytes).to_le_bytes());
     prefix.extend_from_slice(&head_bytes);
-    f.seek(SeekFrom::Start(start))?;
-    f.write_all(&prefix)?;
-    f.seek(SeekFrom::Start(end))?;
-    f.sync_data()?;
+    file.write_at(start, &prefix)
+        .map_err(std::io::Error::other)?;
+    file.sync().map_err(std::io::Error::other)?;
     Ok((head, head_len))
+}
+
+/// An [`AppendFile`] as an `io::Write` that appends.
+struct Appending<'a>(&'a mut dyn AppendFile);
+
+impl Write for Appending<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write(buf).map_err(std::io::Error::other)?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// A writer that counts and checksums what passes through it.
@@ -787,6 +783,7 @@ mod tests {
     use super::*;
     use arrow::array::Int64Array;
     use arrow::datatypes::{DataType, Field, Schema};
+    use std::fs;
     use std::sync::Arc;
 
     fn batch(values: &[i64]) -> RecordBatch {
@@ -827,11 +824,13 @@ mod tests {
     }
 
     fn segment_names(root: &Path) -> Vec<u64> {
-        segments(&root.join("state-changes"))
-            .unwrap()
-            .into_iter()
-            .map(|(f, _)| f)
-            .collect()
+        segments(&etlantic_core::storage::LocalStorage::new(
+            root.join("state-changes"),
+        ))
+        .unwrap()
+        .into_iter()
+        .map(|(f, _)| f)
+        .collect()
     }
 
     #[test]
@@ -874,12 +873,15 @@ mod tests {
         assert_eq!(changes(&log, "t.a", 3), Some((2, vec![7])));
     }
 
-    fn last_segment(root: &Path) -> PathBuf {
-        segments(&root.join("state-changes"))
-            .unwrap()
-            .pop()
-            .unwrap()
-            .1
+    fn last_segment(root: &Path) -> std::path::PathBuf {
+        let name = segments(&etlantic_core::storage::LocalStorage::new(
+            root.join("state-changes"),
+        ))
+        .unwrap()
+        .pop()
+        .unwrap()
+        .1;
+        root.join("state-changes").join(name)
     }
 
     #[test]

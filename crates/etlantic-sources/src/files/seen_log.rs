@@ -24,11 +24,12 @@
 //! A log written before segments existed (one entry file per index) is read as is and
 //! compacted into segments when it is opened.
 
-use crate::fsutil::{io_error, write_atomic};
 use etlantic_core::diagnostics::{codes, Error, Result};
+use etlantic_core::storage::{put_bytes, Storage};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Indexes per segment file.
 pub const SEGMENT_INDEXES: u64 = 1000;
@@ -57,10 +58,10 @@ pub struct LoggedFile {
     pub modified_ms: i64,
 }
 
-fn corrupt(path: &Path, e: impl std::fmt::Display) -> Error {
+fn corrupt(at: &str, e: impl std::fmt::Display) -> Error {
     Error::new(
         &codes::CHECKPOINT_CORRUPT,
-        format!("file source log `{}` is corrupt: {e}", path.display()),
+        format!("file source log `{at}` is corrupt: {e}"),
     )
 }
 
@@ -72,6 +73,8 @@ fn segment_of(index: u64) -> u64 {
 #[derive(Debug)]
 pub struct SeenLog {
     dir: PathBuf,
+    /// Where its files are (the directory `dir`, see [`etlantic_core::storage::open`]).
+    storage: Arc<dyn Storage>,
     /// Every file name ever assigned.
     seen: HashSet<String>,
     /// The entries of the current segment (and any later index), by index.
@@ -90,8 +93,10 @@ impl SeenLog {
     /// entry files of full compaction intervals into their segments and deletes entry
     /// files a segment already holds.
     pub fn open(dir: PathBuf) -> Result<Self> {
+        let storage = etlantic_core::storage::open(&dir);
         let mut log = SeenLog {
             dir,
+            storage,
             seen: HashSet::new(),
             current: BTreeMap::new(),
             current_segment: 0,
@@ -99,15 +104,8 @@ impl SeenLog {
             segments: Vec::new(),
             last: None,
         };
-        let listing = match std::fs::read_dir(&log.dir) {
-            Ok(l) => l,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(log),
-            Err(e) => return Err(io_error("list", &log.dir, e)),
-        };
         let mut entry_files = Vec::new();
-        for item in listing {
-            let item = item.map_err(|e| io_error("list", &log.dir, e))?;
-            let name = item.file_name().to_string_lossy().into_owned();
+        for name in log.storage.list("")? {
             if let Some(first) = name
                 .strip_suffix(".seg")
                 .and_then(|n| n.parse::<u64>().ok())
@@ -134,17 +132,19 @@ impl SeenLog {
         }
         log.current_segment = newest.unwrap_or(0);
         // Entry files: stale ones (already in a segment) are deleted; the others are read.
+        let mut stale = Vec::new();
         let mut older: BTreeMap<u64, BTreeMap<u64, Vec<LoggedFile>>> = BTreeMap::new();
         for index in entry_files {
-            let path = log.dir.join(index.to_string());
+            let name = index.to_string();
             if in_segments.contains(&index) {
-                let _ = std::fs::remove_file(&path);
+                stale.push(name);
                 continue;
             }
-            let text = std::fs::read_to_string(&path).map_err(|e| io_error("read", &path, e))?;
-            let entry: LogEntry = serde_json::from_str(&text).map_err(|e| corrupt(&path, e))?;
+            let at = log.storage.display(&name);
+            let bytes = log.storage.read(&name)?.unwrap_or_default();
+            let entry: LogEntry = serde_json::from_slice(&bytes).map_err(|e| corrupt(&at, e))?;
             if entry.index != index {
-                return Err(corrupt(&path, format!("it holds index {}", entry.index)));
+                return Err(corrupt(&at, format!("it holds index {}", entry.index)));
             }
             log.seen.extend(entry.files.iter().map(|f| f.path.clone()));
             log.last = log.last.max(Some(index));
@@ -153,6 +153,7 @@ impl SeenLog {
                 .or_default()
                 .insert(index, entry.files);
         }
+        let _ = log.storage.delete_all(&stale);
         // Entry files of segments before the newest one (a log from before segments, or
         // a crash right after a segment filled): merged into their segments now.
         let newest_segment = older.keys().next_back().copied().max(newest).unwrap_or(0);
@@ -220,8 +221,9 @@ impl SeenLog {
             index,
             files,
         };
-        let text = serde_json::to_string(&entry).map_err(|e| corrupt(&self.dir, e))?;
-        write_atomic(&self.dir.join(index.to_string()), text.as_bytes())?;
+        let text = serde_json::to_string(&entry)
+            .map_err(|e| corrupt(&self.dir.display().to_string(), e))?;
+        put_bytes(self.storage.as_ref(), &index.to_string(), text.as_bytes())?;
         self.seen.extend(entry.files.iter().map(|f| f.path.clone()));
         self.last = Some(index);
         let segment = segment_of(index);
@@ -280,16 +282,22 @@ impl SeenLog {
                 index: *index,
                 files: files.clone(),
             })
-            .map_err(|e| corrupt(&self.dir, e))?;
+            .map_err(|e| corrupt(&self.dir.display().to_string(), e))?;
             text.push_str(&line);
             text.push('\n');
         }
-        write_atomic(&self.dir.join(format!("{first}.seg")), text.as_bytes())
+        put_bytes(
+            self.storage.as_ref(),
+            &format!("{first}.seg"),
+            text.as_bytes(),
+        )
     }
 
     fn read_segment(&self, first: u64) -> Result<Vec<LogEntry>> {
-        let path = self.dir.join(format!("{first}.seg"));
-        let text = std::fs::read_to_string(&path).map_err(|e| io_error("read", &path, e))?;
+        let name = format!("{first}.seg");
+        let path = self.storage.display(&name);
+        let bytes = self.storage.read(&name)?.unwrap_or_default();
+        let text = std::str::from_utf8(&bytes).map_err(|e| corrupt(&path, e))?;
         let mut out = Vec::new();
         for line in text.lines().filter(|l| !l.trim().is_empty()) {
             let entry: LogEntry = serde_json::from_str(line).map_err(|e| corrupt(&path, e))?;
@@ -307,9 +315,8 @@ impl SeenLog {
     /// Deletes entry files that a durable segment file holds. A failure leaves a stale
     /// file that the next open deletes.
     fn delete_entry_files(&self, indexes: &[u64]) {
-        for index in indexes {
-            let _ = std::fs::remove_file(self.dir.join(index.to_string()));
-        }
+        let names: Vec<String> = indexes.iter().map(u64::to_string).collect();
+        let _ = self.storage.delete_all(&names);
     }
 }
 
@@ -434,7 +441,7 @@ mod tests {
                 index: i,
                 files: vec![file(&format!("f{i}"))],
             };
-            write_atomic(
+            etlantic_core::durable::write_atomic(
                 &dir.join(i.to_string()),
                 serde_json::to_string(&entry).unwrap().as_bytes(),
             )
