@@ -20,6 +20,10 @@ fn init() {
             std::fs::write(dir.join(format!("seed-{i}")), seed).expect("a seed file");
         }
     }
+    // libFuzzer's hook aborts on every panic, also on those a reader of untrusted input
+    // catches and turns into an error (`etlantic_core::untrusted::decode`): let those
+    // unwind, as they do in a real run.
+    etlantic_testkit::fuzz::quiet_guarded_panics();
     let _ = HARNESS.set(harness);
 }
 

@@ -198,6 +198,18 @@ fn build_tests_and_prune(root: &Path) -> Result<()> {
         .output()
         .context("cannot run cargo test --no-run")?;
     if !out.status.success() {
+        // With a JSON message format the compiler's diagnostics go to stdout as JSON;
+        // print them as the compiler rendered them, or CI shows no reason at all.
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            if msg["reason"] == "compiler-message" {
+                if let Some(rendered) = msg["message"]["rendered"].as_str() {
+                    eprint!("{rendered}");
+                }
+            }
+        }
         bail!("building the tests failed");
     }
     // Cargo's JSON messages name every executable it produced or found fresh.
@@ -541,8 +553,10 @@ fn main() -> Result<()> {
             if release {
                 build.args(["build", "-p", "etlantic", "--release"]);
             } else {
-                // The debug CLI the tests build (the same features as `--workspace`).
-                build.args(["build", "--workspace", "--bins"]);
+                // The debug CLI exactly as the tests build it: `cargo build --bins` would
+                // resolve features without the dev-dependencies and build much of the
+                // dependency graph a second time.
+                build.args(["test", "--workspace", "--no-run"]);
             }
             run(&mut build)?;
             let target = std::env::var("CARGO_TARGET_DIR")

@@ -41,7 +41,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 /// file is removed and `path` is untouched.
 pub fn write_atomic_with(path: &Path, fill: impl FnOnce(File) -> Result<File>) -> Result<()> {
     let dir = parent_of(path);
-    fs::create_dir_all(dir).map_err(|e| io_error("create directory", dir, e))?;
+    crate::storage::create_dirs(dir)?;
     let tmp = temporary_path(path);
     let result = (|| {
         let f = File::create(&tmp).map_err(|e| io_error("create", &tmp, e))?;

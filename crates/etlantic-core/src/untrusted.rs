@@ -9,13 +9,20 @@
 
 use crate::diagnostics::Error;
 
+thread_local! {
+    static GUARDED: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
 /// Runs `read`, turning a panic inside it into the error `on_panic` builds from the
 /// panic's message.
 pub fn decode<T>(
     read: impl FnOnce() -> Result<T, Error>,
     on_panic: impl FnOnce(&str) -> Error,
 ) -> Result<T, Error> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(read)).unwrap_or_else(|payload| {
+    GUARDED.with(|g| g.set(g.get() + 1));
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(read));
+    GUARDED.with(|g| g.set(g.get() - 1));
+    outcome.unwrap_or_else(|payload| {
         let why = payload
             .downcast_ref::<String>()
             .map(String::as_str)
@@ -23,6 +30,25 @@ pub fn decode<T>(
             .unwrap_or("a panic");
         Err(on_panic(why))
     })
+}
+
+/// Wraps the process's panic hook so that it is skipped for panics [`decode`] turns into
+/// errors: the CLI does not print a backtrace for a malformed file it quarantines, and a
+/// fuzzer's hook (which aborts on any panic) lets them unwind to [`decode`]. Every other
+/// panic still reaches the previous hook.
+pub fn quiet_guarded_panics() {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if !is_guarded() {
+            previous(info);
+        }
+    }));
+}
+
+/// Whether this thread is inside [`decode`], where a panic becomes an error: a panic
+/// hook that aborts on every panic (a fuzzer's) asks this to let such panics unwind.
+pub fn is_guarded() -> bool {
+    GUARDED.with(|g| g.get() > 0)
 }
 
 #[cfg(test)]
@@ -37,6 +63,7 @@ mod tests {
             |why| Error::new(&codes::CHECKPOINT_CORRUPT, format!("bad file: {why}")),
         );
         let e = r.unwrap_err();
+        assert!(!is_guarded(), "the guard ends with the call");
         assert_eq!(e.code(), "ETL801");
         assert!(e.to_string().contains("unknown type id 255"));
         let ok: Result<u8, Error> = decode(|| Ok(7), |_| unreachable!());

@@ -73,6 +73,7 @@ use arrow::compute::cast;
 use arrow::datatypes::{DataType, FieldRef, Fields, Schema, SchemaRef, TimeUnit};
 use async_trait::async_trait;
 use bytes::Bytes;
+use deltalake::datafusion::catalog::Session;
 use deltalake::datafusion::common::{Column, TableReference};
 use deltalake::datafusion::logical_expr::Expr;
 use deltalake::datafusion::prelude::SessionContext;
@@ -272,11 +273,32 @@ struct FaultLogStore {
     batch: AtomicU64,
     /// The table directory.
     root: PathBuf,
+    /// Whether the table is on the local disk, which `deltalake` writes without syncing
+    /// (under a storage mount it goes through the storage layer, durable by contract).
+    local: bool,
+}
+
+/// The log store of the table at `url` (directory `dir`): `deltalake`'s own for a local
+/// directory, or one over the storage layer when `dir` is under a storage mount.
+fn table_log_store(url: &Url, dir: &Path) -> Result<LogStoreRef> {
+    let store = if etlantic_core::storage::is_mounted(dir) {
+        deltalake::logstore::logstore_with(
+            Arc::new(crate::delta_store::StorageObjectStore),
+            url,
+            StorageConfig::default(),
+        )
+    } else {
+        logstore_for(url, StorageConfig::default())
+    };
+    store.map_err(delta_error(&codes::IO_ERROR, "cannot open the Delta table"))
 }
 
 impl FaultLogStore {
     /// Syncs the files a commit adds (its `add` and `cdc` actions) and their directories.
     async fn sync_added_files(&self, commit: &CommitOrBytes) -> std::io::Result<()> {
+        if !self.local {
+            return Ok(());
+        }
         let bytes = match commit {
             CommitOrBytes::LogBytes(b) => b.to_vec(),
             CommitOrBytes::TmpCommit(p) => std::fs::read(self.root.join(p.as_ref()))?,
@@ -307,8 +329,26 @@ impl FaultLogStore {
         Ok(())
     }
 
+    /// Syncs a committed `version`: the files it added, then its commit file.
+    async fn sync_version(&self, version: Version) -> std::io::Result<()> {
+        if !self.local {
+            return Ok(());
+        }
+        let log = self
+            .root
+            .join("_delta_log")
+            .join(format!("{version:020}.json"));
+        let bytes = std::fs::read(log)?;
+        self.sync_added_files(&CommitOrBytes::LogBytes(Bytes::from(bytes)))
+            .await?;
+        self.sync_commit(version)
+    }
+
     /// Syncs the commit file of `version` and `_delta_log/`.
     fn sync_commit(&self, version: Version) -> std::io::Result<()> {
+        if !self.local {
+            return Ok(());
+        }
         let log = self.root.join("_delta_log");
         std::fs::File::open(log.join(format!("{version:020}.json")))?.sync_all()?;
         etlantic_core::durable::sync_dir(&log)
@@ -404,16 +444,17 @@ async fn load(log_store: LogStoreRef) -> Result<Option<DeltaTable>> {
 /// Reads the latest snapshot of the Delta table at `path` (for tests and tools).
 pub async fn read_table(path: impl AsRef<Path>) -> Result<Vec<RecordBatch>> {
     let url = table_url(path.as_ref())?;
-    let store = logstore_for(&url, StorageConfig::default())
-        .map_err(delta_error(&codes::IO_ERROR, "cannot open the Delta table"))?;
+    let store = table_log_store(&url, path.as_ref())?;
     let Some(table) = load(store).await? else {
         return Err(Error::new(
             &codes::IO_ERROR,
             format!("`{}` is not a Delta table", path.as_ref().display()),
         ));
     };
+    let session = table_session(table.log_store().as_ref());
     let (_, stream) = table
         .scan_table()
+        .with_session_state(session)
         .await
         .map_err(delta_error(&codes::IO_ERROR, "cannot scan the Delta table"))?;
     let batches = deltalake::operations::collect_sendable_stream(stream)
@@ -425,6 +466,22 @@ pub async fn read_table(path: impl AsRef<Path>) -> Result<Vec<RecordBatch>> {
             )
         })?;
     batches.iter().map(plain_types).collect()
+}
+
+/// A DataFusion session that reads the table's files through the table's own store.
+///
+/// delta-rs registers a table's store in a session only where the session has none for
+/// the table's URL, and DataFusion's default session always has the local file system
+/// for `file://`; without this, a table in a mounted [`etlantic_core::storage`] would
+/// have its log read through the mount and its data files from the real disk.
+fn table_session(store: &dyn deltalake::logstore::LogStore) -> Arc<dyn Session> {
+    let state = deltalake::delta_datafusion::create_session()
+        .into_inner()
+        .state();
+    state
+        .runtime_env()
+        .register_object_store(store.root_url(), store.root_object_store(None));
+    Arc::new(state)
 }
 
 /// The batch with DataFusion's view types (`Utf8View`, `BinaryView`) as plain `Utf8` and
@@ -554,8 +611,7 @@ impl DeltaSink {
             )
         })?;
         let url = table_url(&self.path)?;
-        let inner = logstore_for(&url, StorageConfig::default())
-            .map_err(delta_error(&codes::IO_ERROR, "cannot open the Delta table"))?;
+        let inner = table_log_store(&url, &self.path)?;
         let store = Arc::new(FaultLogStore {
             inner,
             batch: AtomicU64::new(DISARMED),
@@ -565,6 +621,7 @@ impl DeltaSink {
                     format!("cannot resolve `{}`: {e}", self.path.display()),
                 )
             })?,
+            local: !etlantic_core::storage::is_mounted(&self.path),
         });
         self.store = Some(store.clone());
         Ok(store)
@@ -620,6 +677,17 @@ impl DeltaSink {
             if let Some(t) = &table {
                 if let Some(v) = txn_version(t, batch.query_id).await? {
                     if v >= 0 && batch.batch_id <= v as u64 {
+                        // The commit may be the one a killed process made before it synced
+                        // it (the page cache kept it): the checkpoint is about to count on
+                        // it.
+                        if let Some(latest) = t.version() {
+                            store.sync_version(latest).await.map_err(|e| {
+                                Error::new(
+                                    &codes::SINK_WRITE_FAILED,
+                                    format!("cannot make the committed table durable: {e}"),
+                                )
+                            })?;
+                        }
                         return Ok(WriteOutcome::AlreadyCommitted);
                     }
                 }
@@ -700,8 +768,10 @@ impl DeltaSink {
                     .expect("merge keys are never empty");
                 let names: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
                 let names2 = names.clone();
+                let session = table_session(table.log_store().as_ref());
                 table
                     .merge(source, predicate)
+                    .with_session_state(session)
                     .with_source_alias("source")
                     .with_target_alias("target")
                     .with_commit_properties(props)

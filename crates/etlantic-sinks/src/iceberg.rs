@@ -63,14 +63,13 @@
 //! see them; Iceberg's orphan-file removal can delete them); a crash after 4 is recognised
 //! at step 2 on replay. Hence a replayable source gives exactly-once results.
 //!
-//! Durability on a local warehouse: iceberg-rust writes its files without `fsync`, so
-//! the sink syncs the data files (and their directories) before step 4, and after it the
-//! files of `<table>/metadata/` written since the write began (the metadata file, manifest
-//! list and manifests of the commit): a batch reported committed survives a power cut.
-//! One window remains, inside iceberg-rust's catalog commit: the SQL catalog writes the
-//! new metadata file and updates its row in one call, so a power cut in the instant
-//! between the row's commit and the sink's sync can leave the catalog naming a metadata
-//! file that did not survive; loading the table then fails with an error naming it.
+//! Durability: the table's files are written through the storage layer
+//! ([`crate::iceberg_store`]), not iceberg-rust's local file I/O (which does not
+//! `fsync`): data files are synced when their writer closes, before step 4, and the
+//! metadata file, manifest list and manifests are each written atomically and durably
+//! before the catalog's row names the new metadata file. So the catalog never names a
+//! file a power cut could lose, and a batch reported committed survives one (the SQLite
+//! catalog commits with SQLite's own durability).
 //!
 //! Conditions: one running query per checkpoint writes a given `(query id, batch id)`
 //! (the checkpoint lock ensures it); and snapshot expiry must keep the latest snapshot
@@ -117,6 +116,7 @@
 //! double), table columns missing from the input must be optional (written as nulls);
 //! otherwise the write fails with `ETL305`.
 
+use crate::iceberg_store::LayeredStorageFactory;
 use arrow::array::{new_null_array, ArrayRef, RecordBatch};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Field, FieldRef, Fields, Schema, SchemaRef, TimeUnit};
@@ -128,7 +128,6 @@ use etlantic_core::plugin::{
 use etlantic_core::streaming::{ExecutionMode, OutputMode};
 use etlantic_core::uri::BindingUri;
 use futures::TryStreamExt;
-use iceberg::io::LocalFsStorageFactory;
 use iceberg::spec::{PrimitiveType, Type};
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
@@ -321,7 +320,7 @@ impl IcebergTarget {
             .warehouse_location(format!("file://{}", self.warehouse.display()))
             .sql_bind_style(SqlBindStyle::QMark)
             .prop("pool.max-connections", "2")
-            .with_storage_factory(Arc::new(LocalFsStorageFactory))
+            .with_storage_factory(Arc::new(LayeredStorageFactory))
             .load(self.catalog_name.clone(), HashMap::new())
             .await
             .map_err(|e| open_err(e.to_string()))
@@ -372,57 +371,7 @@ fn encode_path(p: &Path) -> String {
 
 /// An `ETL709` error for a failed Iceberg operation.
 /// An `ETL709` error for a failed local file operation of the sink.
-fn ice_io(what: &str, e: std::io::Error) -> Error {
-    Error::new(
-        &codes::SINK_WRITE_FAILED,
-        format!("Iceberg: cannot {what}: {e}"),
-    )
-}
-
-/// The local path of a `file://` location (`None` for other schemes).
-fn local_path(location: &str) -> Option<PathBuf> {
-    location
-        .strip_prefix("file://")
-        .map(PathBuf::from)
-        .or_else(|| location.starts_with('/').then(|| PathBuf::from(location)))
-}
-
-/// Syncs the local files at `locations` and their directories.
-///
-/// iceberg-rust writes through its `FileIO` without `fsync`; on a local warehouse a power
-/// cut could then lose files a committed snapshot names while the query's checkpoint
-/// records the batch as done.
-fn sync_local(locations: impl Iterator<Item = String>) -> std::io::Result<()> {
-    let mut dirs = std::collections::BTreeSet::new();
-    for loc in locations {
-        if let Some(p) = local_path(&loc) {
-            std::fs::File::open(&p)?.sync_all()?;
-            dirs.extend(p.parent().map(Path::to_path_buf));
-        }
-    }
-    for d in dirs {
-        etlantic_core::durable::sync_dir(&d)?;
-    }
-    Ok(())
-}
-
-/// Syncs the files of the table's `metadata/` directory written since `since` (the new
-/// metadata file, manifest list and manifests of a commit), and the directory.
-fn sync_new_metadata(table_location: &str, since: std::time::SystemTime) -> std::io::Result<()> {
-    let Some(dir) = local_path(table_location).map(|p| p.join("metadata")) else {
-        return Ok(());
-    };
-    let mut fresh = Vec::new();
-    for e in std::fs::read_dir(&dir)? {
-        let e = e?;
-        if e.metadata()?.modified()? >= since {
-            fresh.push(e.path().to_string_lossy().into_owned());
-        }
-    }
-    sync_local(fresh.into_iter())?;
-    etlantic_core::durable::sync_dir(&dir)
-}
-
+/// An `ETL709` error of an Iceberg operation.
 fn ice(what: &str, e: iceberg::Error) -> Error {
     Error::new(
         &codes::SINK_WRITE_FAILED,
@@ -772,6 +721,7 @@ impl IcebergSink {
         };
         if let Some(last) = last_committed_in(&table, batch.query_id) {
             if batch.batch_id <= last {
+                self.table = Some(table);
                 return Ok(WriteOutcome::AlreadyCommitted);
             }
         }
@@ -820,12 +770,6 @@ impl IcebergSink {
                 .map_err(|e| ice("close a data file", e))?;
         }
 
-        // iceberg-rust writes files without `fsync`: the data files are made durable
-        // before a snapshot names them (see `sync_local`).
-        let write_started = std::time::SystemTime::now() - std::time::Duration::from_secs(1);
-        sync_local(data_files.iter().map(|f| f.file_path().to_string()))
-            .map_err(|e| ice_io("sync the data files", e))?;
-
         // Data files written, not referenced by any snapshot yet.
         etlantic_core::faults::check(etlantic_core::faults::IN_SINK, batch.batch_id);
 
@@ -852,10 +796,6 @@ impl IcebergSink {
             .load_table(&ident)
             .await
             .map_err(|e| ice("reload the table", e))?;
-        // The commit's metadata, manifest list and manifests, written by iceberg-rust
-        // without `fsync`, are made durable before the batch is reported committed.
-        sync_new_metadata(now.metadata().location(), write_started)
-            .map_err(|e| ice_io("sync the table's new metadata", e))?;
         let committed = committed_in(&now)
             .first()
             .is_some_and(|(q, b)| q == batch.query_id && *b == batch.batch_id)

@@ -30,12 +30,16 @@
 pub mod console;
 #[cfg(feature = "delta")]
 pub mod delta;
+#[cfg(feature = "delta")]
+mod delta_store;
 #[cfg(feature = "files")]
 pub mod files;
 #[cfg(feature = "foreach")]
 pub mod foreach;
 #[cfg(feature = "iceberg")]
 pub mod iceberg;
+#[cfg(feature = "iceberg")]
+pub mod iceberg_store;
 #[cfg(feature = "kafka")]
 pub mod kafka;
 #[cfg(feature = "memory")]

@@ -1444,6 +1444,23 @@ mod tests {
         SqlSinkOptions::from_uri(&BindingUri::parse(text).unwrap())
     }
 
+    /// A committed batch must survive a power cut: SQLite syncs on every commit only with
+    /// `synchronous=FULL` (2), whichever journal mode the database is in.
+    #[tokio::test]
+    async fn sqlite_connections_sync_every_commit() {
+        use sqlx::Connection;
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("t.db");
+        let mut c = SqliteConnection::connect_with(&sqlite_options(&path))
+            .await
+            .unwrap();
+        let (level,): (i64,) = sqlx::query_as("PRAGMA synchronous")
+            .fetch_one(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(level, 2, "synchronous=FULL");
+    }
+
     #[test]
     fn options() {
         let o = opts("postgres://u@h:5432/db?table=s.t&mode=upsert&keys=a,b").unwrap();

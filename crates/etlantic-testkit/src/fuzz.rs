@@ -17,6 +17,11 @@ use etlantic_core::uri::BindingUri;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
+/// Lets panics that a reader of untrusted input turns into errors unwind under a fuzzer
+/// whose panic hook aborts on every panic (see
+/// [`etlantic_core::untrusted::quiet_guarded_panics`]); call it once at start-up.
+pub use etlantic_core::untrusted::quiet_guarded_panics;
+
 /// A harness: it takes any bytes and must return.
 pub type Harness = fn(&[u8]);
 

@@ -322,6 +322,7 @@ fn runtime() -> tokio::runtime::Runtime {
 
 fn main() {
     etlantic::link_plugins();
+    etlantic_core::untrusted::quiet_guarded_panics();
     let cli = Cli::parse();
     std::process::exit(match cli.command {
         Command::Init { dir } => match etlantic::scaffold::init(&dir) {

@@ -32,55 +32,10 @@ bindings:
 quarantine: file://out/quarantine.jsonl
 "#;
 
-const PIPELINE: &str = r#"apiVersion: etlantic/v1
-kind: Pipeline
-name: click_counts
-assets:
-  clicks:
-    contract: contracts/clicks.yaml
-  counts:
-    contract: contracts/counts.yaml
-sources:
-  - id: clicks
-    asset: clicks
-    event_time: {column: ts}
-    watermark: 10 seconds
-    late_events: {policy: quarantine}
-    read_limit: {max_files: 1}
-transforms:
-  - id: per_minute
-    inputs:
-      clicks: clicks
-    steps:
-      - window_aggregate:
-          window: {type: tumbling, column: ts, size: 1 minute}
-          group_by: [campaign]
-          aggregates: {n: "count_all()"}
-sinks:
-  - id: write_counts
-    input: per_minute
-    asset: counts
-    output_mode: append
-"#;
-
 const MICRO_BATCHES: u64 = 7;
 
 fn project(dir: &Path) {
-    for (path, text) in [
-        ("pipeline.yaml", PIPELINE),
-        ("profiles/local.yaml", PROFILE),
-        ("contracts/clicks.yaml", CLICKS),
-        ("contracts/counts.yaml", COUNTS),
-    ] {
-        let p = dir.join(path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, text).unwrap();
-    }
-    for (name, text) in input_files() {
-        let p = dir.join("in").join(name);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, text).unwrap();
-    }
+    write_click_counts(dir, PROFILE);
 }
 
 fn target(dir: &Path) -> IcebergTarget {
@@ -249,7 +204,7 @@ fn batch_runs_and_complete_mode_are_refused_at_planning_and_write_nothing() {
     for (label, pipeline, profile) in [
         (
             "batch run",
-            PIPELINE.replace("    output_mode: append\n", ""),
+            CLICK_COUNTS_PIPELINE.replace("    output_mode: append\n", ""),
             PROFILE
                 .replace("mode: streaming", "mode: batch")
                 .replace("trigger: available_now\n", "")
@@ -257,7 +212,7 @@ fn batch_runs_and_complete_mode_are_refused_at_planning_and_write_nothing() {
         ),
         (
             "complete mode",
-            PIPELINE.replace("output_mode: append", "output_mode: complete"),
+            CLICK_COUNTS_PIPELINE.replace("output_mode: append", "output_mode: complete"),
             PROFILE.to_string(),
         ),
     ] {

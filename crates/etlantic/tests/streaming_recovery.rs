@@ -17,37 +17,6 @@ use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 
-const PIPELINE: &str = r#"apiVersion: etlantic/v1
-kind: Pipeline
-name: click_counts
-assets:
-  clicks:
-    contract: contracts/clicks.yaml
-  counts:
-    contract: contracts/counts.yaml
-sources:
-  - id: clicks
-    asset: clicks
-    event_time: {column: ts}
-    watermark: 10 seconds
-    late_events: {policy: quarantine}
-    read_limit: {max_files: 1}
-transforms:
-  - id: per_minute
-    inputs:
-      clicks: clicks
-    steps:
-      - window_aggregate:
-          window: {type: tumbling, column: ts, size: 1 minute}
-          group_by: [campaign]
-          aggregates: {n: "count_all()"}
-sinks:
-  - id: write_counts
-    input: per_minute
-    asset: counts
-    output_mode: append
-"#;
-
 const PROFILE: &str = r#"apiVersion: etlantic/v1
 kind: Profile
 name: local
@@ -63,21 +32,7 @@ quarantine: file://out/quarantine.jsonl
 const MICRO_BATCHES: u64 = 7;
 
 fn project(dir: &Path) {
-    for (path, text) in [
-        ("pipeline.yaml", PIPELINE),
-        ("profiles/local.yaml", PROFILE),
-        ("contracts/clicks.yaml", CLICKS),
-        ("contracts/counts.yaml", COUNTS),
-    ] {
-        let p = dir.join(path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, text).unwrap();
-    }
-    for (name, text) in input_files() {
-        let p = dir.join("in").join(name);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, text).unwrap();
-    }
+    write_click_counts(dir, PROFILE);
 }
 
 /// The committed sink rows as a sorted multiset of canonical JSON strings.

@@ -222,6 +222,24 @@ pub fn put_bytes(storage: &dyn Storage, path: &str, bytes: &[u8]) -> Result<()> 
     })
 }
 
+/// Every file under directory `dir` of `storage`, recursively, as its path relative to
+/// `dir` and its size, in no particular order.
+pub fn walk_files(storage: &dyn Storage, dir: &str) -> Result<Vec<(String, u64)>> {
+    let mut out = Vec::new();
+    let mut pending = vec![String::new()];
+    while let Some(sub) = pending.pop() {
+        for name in storage.list(&join(dir, &sub))? {
+            let rel = join(&sub, name.trim_end_matches('/'));
+            if name.ends_with('/') {
+                pending.push(rel);
+            } else if let Some(size) = storage.size(&join(dir, &rel))? {
+                out.push((rel, size));
+            }
+        }
+    }
+    Ok(out)
+}
+
 // ------------------------------------------------------------------------- mounts
 
 type Mounts = RwLock<Vec<(PathBuf, Arc<dyn Storage>)>>;
@@ -256,6 +274,15 @@ impl Drop for MountGuard {
             .unwrap_or_else(|p| p.into_inner())
             .retain(|(r, _)| r != &self.root);
     }
+}
+
+/// Whether `dir` is under a [`mount`] (its files are not the local disk's).
+pub fn is_mounted(dir: &Path) -> bool {
+    mounts()
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .any(|(root, _)| dir.starts_with(root))
 }
 
 /// The storage rooted at directory `dir`: a mounted one when `dir` is under a mount,
@@ -299,19 +326,47 @@ impl LocalStorage {
         }
     }
 
+    /// The directory of `p`, created durably when missing (see [`create_dirs`]).
     fn parent_dir(&self, p: &Path) -> Result<PathBuf> {
         let dir = p
             .parent()
             .map(Path::to_path_buf)
             .unwrap_or_else(|| self.root.clone());
-        fs::create_dir_all(&dir)
-            .map_err(|e| io_error("create directory", &dir.display().to_string(), e))?;
+        create_dirs(&dir)?;
         Ok(dir)
     }
 }
 
 fn show(p: &Path) -> String {
     p.display().to_string()
+}
+
+/// Creates `dir` and its missing ancestors, syncing the parent of each directory it
+/// creates: a file's durability needs the names leading to it durable too.
+pub fn create_dirs(dir: &Path) -> Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    let mut missing = Vec::new();
+    let mut at = dir;
+    while !at.as_os_str().is_empty() && !at.exists() {
+        missing.push(at.to_path_buf());
+        match at.parent() {
+            Some(p) => at = p,
+            None => break,
+        }
+    }
+    for d in missing.iter().rev() {
+        match fs::create_dir(d) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(io_error("create directory", &show(d), e)),
+        }
+        if let Some(parent) = d.parent().filter(|p| !p.as_os_str().is_empty()) {
+            crate::durable::sync_dir(parent).map_err(|e| io_error("sync", &show(parent), e))?;
+        }
+    }
+    Ok(())
 }
 
 impl Storage for LocalStorage {
@@ -396,12 +451,14 @@ impl Storage for LocalStorage {
     fn put_if_absent(&self, path: &str, bytes: &[u8]) -> Result<bool> {
         let p = self.path(path);
         let dir = self.parent_dir(&p)?;
+        static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let tmp = dir.join(format!(
-            ".{}.{}.tmp",
+            ".{}.{}-{}.tmp",
             p.file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default(),
-            std::process::id()
+            std::process::id(),
+            COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         ));
         let result = (|| {
             let mut f = File::create(&tmp).map_err(|e| io_error("create", &show(&tmp), e))?;
@@ -468,9 +525,15 @@ impl Storage for LocalStorage {
         let p = self.path(path);
         let dir = self.parent_dir(&p)?;
         let existed = p.exists();
-        let file = OpenOptions::new()
+        // Appends go through an `O_APPEND` descriptor, so that a file other processes
+        // append to too (a quarantine shared by several queries) never has records
+        // overwritten; `write_at` and `truncate` use a second, positioned one.
+        let appender = OpenOptions::new()
             .create(true)
-            .truncate(false)
+            .append(true)
+            .open(&p)
+            .map_err(|e| io_error("open", &show(&p), e))?;
+        let file = OpenOptions::new()
             .read(true)
             .write(true)
             .open(&p)
@@ -484,7 +547,12 @@ impl Storage for LocalStorage {
             .metadata()
             .map_err(|e| io_error("stat", &show(&p), e))?
             .len();
-        Ok(Box::new(LocalAppend { path: p, file, len }))
+        Ok(Box::new(LocalAppend {
+            path: p,
+            appender,
+            file,
+            len,
+        }))
     }
 
     fn lock(&self, path: &str) -> Result<Lock> {
@@ -511,7 +579,11 @@ impl Storage for LocalStorage {
 #[derive(Debug)]
 struct LocalAppend {
     path: PathBuf,
+    /// Opened with `O_APPEND`: every write lands at the end, whoever else appends.
+    appender: File,
+    /// Opened for positioned writes (a record's head) and truncation.
     file: File,
+    /// The length as this handle knows it (exact when it is the file's only writer).
     len: u64,
 }
 
@@ -521,9 +593,8 @@ impl AppendFile for LocalAppend {
     }
 
     fn write(&mut self, bytes: &[u8]) -> Result<()> {
-        use std::os::unix::fs::FileExt;
-        self.file
-            .write_all_at(bytes, self.len)
+        self.appender
+            .write_all(bytes)
             .map_err(|e| io_error("write", &show(&self.path), e))?;
         self.len += bytes.len() as u64;
         Ok(())
@@ -531,7 +602,10 @@ impl AppendFile for LocalAppend {
 
     fn write_at(&mut self, offset: u64, bytes: &[u8]) -> Result<()> {
         use std::os::unix::fs::FileExt;
-        if offset + bytes.len() as u64 > self.len {
+        if offset
+            .checked_add(bytes.len() as u64)
+            .is_none_or(|end| end > self.len)
+        {
             return Err(io_error(
                 "write",
                 &show(&self.path),
@@ -550,13 +624,15 @@ impl AppendFile for LocalAppend {
     fn truncate(&mut self, len: u64) -> Result<()> {
         self.file
             .set_len(len)
-            .and_then(|_| self.file.sync_all())
             .map_err(|e| io_error("truncate", &show(&self.path), e))?;
         self.len = len;
-        Ok(())
+        self.file
+            .sync_all()
+            .map_err(|e| io_error("sync", &show(&self.path), e))
     }
 
     fn sync(&mut self) -> Result<()> {
+        // One file: a sync through either descriptor covers both.
         self.file
             .sync_data()
             .map_err(|e| io_error("sync", &show(&self.path), e))

@@ -41,7 +41,9 @@ struct State {
     trace: Vec<String>,
     /// The file written last (torn at a cut).
     last_written: Option<String>,
-    locks: std::collections::BTreeSet<String>,
+    /// Held locks: path → the holder's token.
+    locks: BTreeMap<String, u64>,
+    next_token: u64,
     /// What the cut destroyed, for test messages.
     lost: Vec<String>,
 }
@@ -340,29 +342,38 @@ impl Storage for PowerCutDisk {
         if s.off {
             return Err(power_cut(&format!("locking {path}")));
         }
-        if !s.locks.insert(path.to_string()) {
+        if s.locks.contains_key(path) {
             return Err(Diagnostic::new(
                 &codes::CHECKPOINT_LOCKED,
                 format!("`{path}` is locked by another process"),
             )
             .into());
         }
+        s.next_token += 1;
+        let token = s.next_token;
+        s.locks.insert(path.to_string(), token);
         Ok(Lock::new(SimLock {
             disk: self.clone(),
             path: path.to_string(),
+            token,
         }))
     }
 }
 
-/// A lock on the simulated disk, released on drop.
+/// A lock on the simulated disk, released on drop — unless a power cut already released
+/// it and another holder took it since.
 struct SimLock {
     disk: PowerCutDisk,
     path: String,
+    token: u64,
 }
 
 impl Drop for SimLock {
     fn drop(&mut self) {
-        self.disk.state().locks.remove(&self.path);
+        let mut s = self.disk.state();
+        if s.locks.get(&self.path) == Some(&self.token) {
+            s.locks.remove(&self.path);
+        }
     }
 }
 
@@ -408,10 +419,10 @@ impl AppendFile for SimAppend {
             .files
             .get_mut(&self.path)
             .ok_or_else(|| super::io_error("write", &self.path, "deleted"))?;
-        let end = offset as usize + bytes.len();
-        if end > f.current.len() {
-            return Err(super::io_error("write", &self.path, "past its end"));
-        }
+        let end = (offset as usize)
+            .checked_add(bytes.len())
+            .filter(|e| *e <= f.current.len())
+            .ok_or_else(|| super::io_error("write", &self.path, "past its end"))?;
         f.current[offset as usize..end].copy_from_slice(bytes);
         Ok(())
     }

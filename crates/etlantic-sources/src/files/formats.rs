@@ -363,7 +363,22 @@ fn decode_parquet_columns(
 /// into two sets of about equal size, decoded on two threads and put back side by side
 /// (both readers cut the same batches, as they read the same row groups with the same
 /// batch size).
+///
+/// The parquet crate panics on some malformed footers (an Arrow schema in the key-value
+/// metadata with an unknown type id, for one): the file is read as untrusted input.
 fn decode_parquet(ctx: &ReadCtx<'_>, path: &Path) -> Result<Vec<RecordBatch>> {
+    etlantic_core::untrusted::decode(
+        || decode_parquet_unguarded(ctx, path),
+        |why| {
+            Error::new(
+                &codes::RECORD_UNPARSABLE,
+                format!("cannot read the Parquet file: {why}"),
+            )
+        },
+    )
+}
+
+fn decode_parquet_unguarded(ctx: &ReadCtx<'_>, path: &Path) -> Result<Vec<RecordBatch>> {
     let file = std::fs::File::open(path).map_err(|e| io_error("open", path, e))?;
     // The footer is read once; every reader of the file reuses it.
     let reader_metadata =

@@ -49,6 +49,60 @@ schema:
         logicalTypeOptions: {format: "i64"}
 "#;
 
+/// The pipeline of the click-count recovery tests: the clicks of [`input_files`] (one
+/// file per micro-batch), a 10 s watermark, late clicks quarantined, a 1-minute tumbling
+/// count per campaign in append mode into the asset `counts`.
+pub const CLICK_COUNTS_PIPELINE: &str = r#"apiVersion: etlantic/v1
+kind: Pipeline
+name: click_counts
+assets:
+  clicks:
+    contract: contracts/clicks.yaml
+  counts:
+    contract: contracts/counts.yaml
+sources:
+  - id: clicks
+    asset: clicks
+    event_time: {column: ts}
+    watermark: 10 seconds
+    late_events: {policy: quarantine}
+    read_limit: {max_files: 1}
+transforms:
+  - id: per_minute
+    inputs:
+      clicks: clicks
+    steps:
+      - window_aggregate:
+          window: {type: tumbling, column: ts, size: 1 minute}
+          group_by: [campaign]
+          aggregates: {n: "count_all()"}
+sinks:
+  - id: write_counts
+    input: per_minute
+    asset: counts
+    output_mode: append
+"#;
+
+/// Writes the click-count project into `dir`: [`CLICK_COUNTS_PIPELINE`], `profile` as
+/// `profiles/local.yaml`, the contracts and [`input_files`] under `in/`.
+pub fn write_click_counts(dir: &Path, profile: &str) {
+    for (path, text) in [
+        ("pipeline.yaml", CLICK_COUNTS_PIPELINE),
+        ("profiles/local.yaml", profile),
+        ("contracts/clicks.yaml", CLICKS),
+        ("contracts/counts.yaml", COUNTS),
+    ] {
+        let p = dir.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    for (name, text) in input_files() {
+        let p = dir.join("in").join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+}
+
 pub fn click(mmss: &str, campaign: &str, user: &str) -> String {
     format!(r#"{{"ts": "2024-01-01T00:{mmss}Z", "campaign": "{campaign}", "user": "{user}"}}"#)
 }
