@@ -11,6 +11,7 @@
 //! - `soak`: a long streaming run that must not grow (memory, files, state, checkpoint).
 
 mod soak;
+mod spark_diff;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
@@ -54,6 +55,18 @@ enum Cmd {
         #[arg(long)]
         events: Option<u64>,
     },
+    /// A randomized differential test against Apache Spark: generates `--count` small
+    /// streaming scenarios (seeded), records them on a local Spark (pyspark), replays them
+    /// on the embedded runtime and keeps them in `tests/conformance/spark-diff/`. Fails
+    /// when the runtime and Spark differ. Takes minutes: not part of `ci`.
+    SparkDiff {
+        /// How many scenarios.
+        #[arg(long, default_value_t = 12)]
+        count: usize,
+        /// The generator's seed (the same seed gives the same scenarios).
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
     /// Fuzz every harness of `etlantic_testkit::fuzz` (pipeline and profile loading, the
     /// contract loaders, the expression parser, the record decoders, the checkpoint
     /// readers) with libFuzzer for `--seconds` each; crashes go to
@@ -86,6 +99,10 @@ enum Cmd {
         /// Run the release build of the CLI (default: the debug build the tests use).
         #[arg(long)]
         release: bool,
+        /// Run this `etlantic` binary as it is, without building (e.g. a copy of an
+        /// earlier build, while the working tree changes).
+        #[arg(long, conflicts_with = "release")]
+        binary: Option<PathBuf>,
     },
 }
 
@@ -546,7 +563,26 @@ fn main() -> Result<()> {
             interval,
             out,
             release,
+            binary,
         } => {
+            let target = std::env::var("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|_| root.join("target"));
+            let binary = binary.unwrap_or_else(|| {
+                target
+                    .join(if release { "release" } else { "debug" })
+                    .join("etlantic")
+            });
+            let options = soak::Options {
+                minutes,
+                rate,
+                interval,
+                out: out.unwrap_or_else(|| root.join("scratch/soak")),
+                binary,
+            };
+            if options.binary.exists() && !options.binary.starts_with(&target) {
+                return soak::run(&options);
+            }
             ensure_protoc()?;
             let mut build = Command::new(cargo());
             build.current_dir(&root);
@@ -559,18 +595,26 @@ fn main() -> Result<()> {
                 build.args(["test", "--workspace", "--no-run"]);
             }
             run(&mut build)?;
+            soak::run(&options)?;
+        }
+        Cmd::SparkDiff { count, seed } => {
+            ensure_protoc()?;
+            ensure_pyspark()?;
+            build_tests_and_prune(&root)?;
             let target = std::env::var("CARGO_TARGET_DIR")
                 .map(PathBuf::from)
                 .unwrap_or_else(|_| root.join("target"));
-            soak::run(&soak::Options {
-                minutes,
-                rate,
-                interval,
-                out: out.unwrap_or_else(|| root.join("scratch/soak")),
-                binary: target
-                    .join(if release { "release" } else { "debug" })
-                    .join("etlantic"),
-            })?;
+            spark_diff::run(
+                &root,
+                &spark_diff::Options {
+                    count,
+                    seed,
+                    keep: &root.join("tests/conformance/spark-diff"),
+                    work: &root.join("scratch/spark-diff"),
+                    python: &home().join(".cache/etlantic-spark-venv/bin/python"),
+                    etlantic: &target.join("debug/etlantic"),
+                },
+            )?;
         }
         Cmd::Docs => {
             run(Command::new(cargo())

@@ -141,7 +141,15 @@ pub(crate) async fn execute(task: &StepTask, inputs: IndexMap<String, Table>) ->
     match prepare(task, &inputs).await? {
         Prepared::Frame(df) => {
             let schema = arrow_schema(&df);
-            let batches = (*df).collect().await.df("execution")?;
+            // In partition order (a union's first input first): the same rows in the same
+            // order on every run, whatever finishes first.
+            let batches: Vec<_> = (*df)
+                .collect_partitioned()
+                .await
+                .df("execution")?
+                .into_iter()
+                .flatten()
+                .collect();
             Ok(Table::new(schema.clone(), conform(&schema, batches)?))
         }
         Prepared::Impl(imp) => imp.execute(inputs),

@@ -178,6 +178,13 @@ pub fn explain_text(plan: &PipelinePlan) -> String {
             let _ = write!(o, " watermark {w} late {:?}", s.late_events);
         }
         let _ = writeln!(o);
+        if let (Some(_), Some(et)) = (&s.watermark, &s.event_time) {
+            let _ = writeln!(
+                o,
+                "    watermark measured on {}",
+                measured_rows(s, &et.column)
+            );
+        }
     }
     let _ = writeln!(o, "\nRegions");
     for r in &plan.regions {
@@ -330,14 +337,35 @@ fn label(s: &str) -> String {
     s.replace('"', "'")
 }
 
+/// Which rows of source `s` (event-time column `column`) its watermark is measured on.
+fn measured_rows(s: &crate::plan::PlanSource, column: &str) -> String {
+    match s
+        .watermark_rows
+        .as_ref()
+        .map(etlantic_core::ir::Expr::decode)
+    {
+        None => format!("max({column}) of every row read"),
+        Some(Ok(e)) => format!(
+            "max({column}) of the rows where {e} (filters moved below the watermark, as Spark's optimizer does)"
+        ),
+        Some(Err(m)) => format!("an unreadable predicate ({m})"),
+    }
+}
+
 /// The plan as a Mermaid flowchart: sources, one subgraph per region, sinks, and every
 /// transition as an edge.
 pub fn explain_mermaid(plan: &PipelinePlan) -> String {
     let mut o = String::from("flowchart LR\n");
     for s in &plan.sources {
+        let measured = match (&s.watermark_rows, &s.event_time) {
+            (Some(_), Some(et)) => {
+                format!("<br/>watermark: {}", label(&measured_rows(s, &et.column)))
+            }
+            _ => String::new(),
+        };
         let _ = writeln!(
             o,
-            "  {}[(\"{}<br/>{}\")]",
+            "  {}[(\"{}<br/>{}{measured}\")]",
             node_id("src", &s.id),
             label(&s.id),
             label(&s.asset)

@@ -25,6 +25,7 @@ pub mod schema;
 pub mod state_rules;
 pub mod stateful_chain;
 pub mod streaming_rules;
+pub mod watermark_rows;
 
 pub use plan::PipelinePlan;
 pub use planner::{plan, validate, PlanOutcome, DEFAULT_BACKEND};

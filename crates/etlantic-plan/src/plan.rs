@@ -165,6 +165,12 @@ pub struct PlanSource {
     /// Static in a streaming run: read as a bounded table with this refresh policy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub static_refresh: Option<StaticRefresh>,
+    /// The rows the watermark is measured on: those where this predicate (an encoded
+    /// DTCS expression over the source's columns) is true; every row when absent. Spark
+    /// measures a watermark after the filters its optimizer moves below it, inferred
+    /// ones included (see [`crate::watermark_rows`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watermark_rows: Option<serde_json::Value>,
 }
 
 /// How a transformation is implemented, in the plan.

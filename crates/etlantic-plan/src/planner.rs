@@ -1578,6 +1578,40 @@ impl<'a> Planner<'a> {
                 },
             );
         }
+        let mut watermark_rows = if mode == ExecutionMode::Streaming {
+            let columns: HashMap<String, Vec<String>> = self
+                .schemas
+                .iter()
+                .map(|(id, s)| {
+                    (
+                        id.clone(),
+                        s.fields().iter().map(|f| f.name().clone()).collect(),
+                    )
+                })
+                .collect();
+            let portable: HashMap<String, crate::watermark_rows::PortableLogic<'_>> = self
+                .logic
+                .iter()
+                .filter_map(|(id, (logic, _))| match logic {
+                    StepLogic::Portable {
+                        plan,
+                        parameters,
+                        output,
+                    } => Some((
+                        id.clone(),
+                        crate::watermark_rows::PortableLogic {
+                            plan,
+                            parameters,
+                            output,
+                        },
+                    )),
+                    _ => None,
+                })
+                .collect();
+            crate::watermark_rows::watermark_rows(self.p, &self.order, &columns, &portable)
+        } else {
+            IndexMap::new()
+        };
         let sources = pl
             .sources
             .iter()
@@ -1593,6 +1627,10 @@ impl<'a> Planner<'a> {
                     read_limit: s.read_limit.clone(),
                     guarantee,
                     static_refresh: s.static_refresh,
+                    watermark_rows: watermark_rows
+                        .swap_remove(&s.id)
+                        .flatten()
+                        .map(|e| e.encode()),
                 }
             })
             .collect();

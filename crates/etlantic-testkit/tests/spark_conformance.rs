@@ -3,8 +3,10 @@
 //! stream-static joins included (their join state rows and late-row counts are compared
 //! with Spark's too).
 //!
+//! The newer recordings in `../shared/conformance/spark-pending` run too.
+//!
 //! `NOT_YET` lists scenarios a runtime feature is still missing for: they must be
-//! reported as failed (never skipped). It is empty: the whole corpus passes.
+//! reported as failed (never skipped). It is empty: both folders pass.
 
 use etlantic_testkit::conformance::run_dir;
 use std::path::Path;
@@ -14,20 +16,20 @@ use etlantic_sources as _;
 
 const NOT_YET: &[&str] = &[];
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn spark_corpus() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/conformance/spark");
+fn shared(folder: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/conformance")
+        .join(folder)
+}
+
+/// Runs every scenario of `dir`; returns how many ran.
+async fn corpus(dir: std::path::PathBuf) -> usize {
     assert!(
         dir.is_dir(),
         "the conformance corpus is missing at {}",
         dir.display()
     );
     let outcomes = run_dir(&dir).await.expect("corpus runs");
-    assert!(
-        outcomes.len() >= 19,
-        "only {} scenarios found",
-        outcomes.len()
-    );
     let mut problems = Vec::new();
     for o in &outcomes {
         let expected_to_pass = !NOT_YET.contains(&o.name.as_str());
@@ -44,6 +46,50 @@ async fn spark_corpus() {
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+    outcomes.len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spark_corpus() {
+    let n = corpus(shared("spark")).await;
+    assert!(n >= 19, "only {n} scenarios found");
+}
+
+/// The newer recordings (watermarks after filters and null join keys, dedup over a
+/// union): they joined once the runtime measured watermarks where Spark does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spark_pending_corpus() {
+    let n = corpus(shared("spark-pending")).await;
+    assert!(n >= 5, "only {n} scenarios found");
+}
+
+/// The scenarios `cargo xtask spark-diff` generated and recorded from a local Spark
+/// (`tests/conformance/spark-diff/`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spark_diff_corpus() {
+    let n =
+        corpus(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/conformance/spark-diff"))
+            .await;
+    assert!(n >= 40, "only {n} scenarios found");
+}
+
+/// The same key from both inputs of a union in one micro-batch: Spark keeps the first
+/// input's row, on every run and every number of threads. Run many times, because a
+/// reordering race shows only sometimes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dedup_over_a_union_keeps_the_first_inputs_row_every_time() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(
+        "../../../shared/conformance/spark-pending/min_union_dedup_tskey_drop_duplicates.json",
+    );
+    for run in 0..25 {
+        let o = etlantic_testkit::conformance::runner::run_scenario(&path).await;
+        assert!(
+            o.passed,
+            "run {run}: {}\n  {}",
+            o.line(),
+            o.problems.join("\n  ")
+        );
+    }
 }
 
 /// Scenarios the Spark backend cannot run yet through ETLantic's plan; they must fail
@@ -54,12 +100,22 @@ const NOT_YET_ON_SPARK: &[&str] = &[];
 /// server from the `pyspark` package): Spark must reproduce its own recording.
 #[test]
 fn spark_corpus_on_real_spark() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/conformance/spark");
     let server = etlantic_spark_compat::local::LocalSparkConnect::start()
         .expect("a local Spark Connect server (`cargo xtask setup` installs pyspark)");
-    let outcomes = etlantic_testkit::conformance::on_spark::run_dir_on_spark(&dir, &server.url())
-        .expect("corpus runs");
-    assert!(outcomes.len() >= 19, "only {} scenarios", outcomes.len());
+    let mut outcomes = Vec::new();
+    for (folder, at_least) in [("spark", 19), ("spark-pending", 5)] {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../../shared/conformance")
+            .join(folder);
+        let found = etlantic_testkit::conformance::on_spark::run_dir_on_spark(&dir, &server.url())
+            .expect("corpus runs");
+        assert!(
+            found.len() >= at_least,
+            "only {} scenarios in {folder}",
+            found.len()
+        );
+        outcomes.extend(found);
+    }
     let mut problems = Vec::new();
     for o in &outcomes {
         println!("{}", o.line());

@@ -29,7 +29,7 @@ use super::program::{
 use super::progress::{ProgressBuilder, SourceProgress, StateProgress};
 use super::state_log::LogEntry;
 use super::static_source::StaticSource;
-use super::watermark::WatermarkTracker;
+use super::watermark::{MeasuredRows, WatermarkTracker};
 use crate::quality::{QualityGate, RuleCount};
 use arrow::array::{Array, RecordBatch};
 use arrow::datatypes::SchemaRef;
@@ -39,6 +39,7 @@ use etlantic_core::data::{Offset, RejectedRecord, RowOrigins, SourcePosition, Ta
 use etlantic_core::diagnostics::{codes, Diagnostic, Diagnostics, Error, Result};
 use etlantic_core::ir::keys::UniqueKey;
 use etlantic_core::ir::lineage::EventColumn;
+use etlantic_core::ir::Expr;
 use etlantic_core::plugin::{
     self, ReadLimit, Sink, SinkBatch, SinkContext, Source, SourceContext, StepTask, WriteOutcome,
 };
@@ -169,6 +170,8 @@ struct SourceRt {
     info: SourceInfo,
     /// The source contract's batch-level quality rules (record rules are the decoder's).
     gate: Option<QualityGate>,
+    /// The rows its watermark is measured on, when not every row.
+    measured: Option<MeasuredRows>,
 }
 
 struct SinkRt {
@@ -269,6 +272,22 @@ fn columns_read(
         return Ok(None);
     }
     let mut columns: Vec<String> = source.event_time.iter().map(|e| e.column.clone()).collect();
+    if let Some(v) = &source.watermark_rows {
+        let e = etlantic_core::ir::Expr::decode(v).map_err(|m| {
+            Error::new(
+                &codes::PLAN_INVALID,
+                format!(
+                    "source `{}`: the rows its watermark is measured on: {m}",
+                    source.id
+                ),
+            )
+        })?;
+        for c in e.columns() {
+            if !columns.contains(&c) {
+                columns.push(c);
+            }
+        }
+    }
     let mut add = |group_by: &[NamedExpr], aggregates: &[Aggregate]| {
         let exprs = group_by
             .iter()
@@ -457,6 +476,18 @@ impl StreamingQuery {
             let event_time = s
                 .watermark
                 .and(s.event_time.as_ref().map(|e| e.column.clone()));
+            let measured = match &s.watermark_rows {
+                Some(v) => Some(MeasuredRows::new(Expr::decode(v).map_err(|m| {
+                    Error::new(
+                        &codes::PLAN_INVALID,
+                        format!(
+                            "source `{}`: the rows its watermark is measured on: {m}",
+                            s.id
+                        ),
+                    )
+                })?)),
+                None => None,
+            };
             if let (Some(_), Some(d)) = (&event_time, s.watermark) {
                 delays.insert(s.id.clone(), d.as_millis());
             }
@@ -473,6 +504,7 @@ impl StreamingQuery {
                     is_static: false,
                 },
                 gate,
+                measured,
             });
         }
         // Sinks.
@@ -1183,7 +1215,10 @@ impl StreamingQuery {
             if let Some(col) = &s.info.event_time {
                 for b in &table.batches {
                     if let Some(c) = b.column_by_name(col) {
-                        let t = super::operators::micros(c)?;
+                        let mut t = super::operators::micros(c)?;
+                        if let Some(rows) = &mut s.measured {
+                            t = rows.select(b, t)?;
+                        }
                         // Whole-column kernels: this runs on every input row.
                         let (Some(min), Some(max)) =
                             (arrow::compute::min(&t), arrow::compute::max(&t))

@@ -11,7 +11,7 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::{DataType, SchemaRef};
 use datafusion::execution::{SessionState, TaskContext};
 use datafusion::physical_plan::execution_plan::reset_plan_states;
-use datafusion::physical_plan::{collect, ExecutionPlan};
+use datafusion::physical_plan::{collect_partitioned, ExecutionPlan};
 use datafusion::prelude::SessionContext;
 use etlantic_core::data::Table;
 use etlantic_core::diagnostics::{codes, Error, Result};
@@ -166,7 +166,16 @@ impl PreparedSteps {
             |e: datafusion::error::DataFusionError| Error::new(&codes::ENGINE_ERROR, e.to_string());
         for (out, schema, plan) in &self.outputs {
             let plan = reset_plan_states(plan.clone()).map_err(engine)?;
-            let batches = collect(plan, self.task.clone()).await.map_err(engine)?;
+            // Partition by partition, in partition order: a union's first input, then its
+            // second. `collect` would interleave partitions as they finish, and a stateful
+            // step after it (a dedup keeping the first row per key) would keep a different
+            // row from run to run.
+            let batches: Vec<_> = collect_partitioned(plan, self.task.clone())
+                .await
+                .map_err(engine)?
+                .into_iter()
+                .flatten()
+                .collect();
             let batches = conform(schema, batches)?;
             local.insert(out.clone(), Table::new(schema.clone(), batches));
         }

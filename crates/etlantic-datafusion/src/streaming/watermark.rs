@@ -4,8 +4,16 @@
 //! computed after batch N, applied in batch N+1, never moves backwards, and has
 //! millisecond precision.
 
+use crate::expr::{compile_predicate, Scope};
+use arrow::array::{AsArray, RecordBatch, TimestampMicrosecondArray};
+use arrow::datatypes::{SchemaRef, TimestampMicrosecondType};
+use datafusion::common::DFSchema;
+use datafusion::physical_expr::PhysicalExpr;
+use etlantic_core::diagnostics::{codes, Error, Result};
+use etlantic_core::ir::Expr;
 use etlantic_core::streaming::WatermarkPolicy;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Tracks the watermark of a query.
 #[derive(Clone, Debug, PartialEq)]
@@ -85,6 +93,66 @@ impl WatermarkTracker {
     pub fn restore(&mut self, current_ms: i64, max_event_ms: BTreeMap<String, i64>) {
         self.current_ms = current_ms;
         self.max_event_ms = max_event_ms;
+    }
+}
+
+/// The rows of a source its watermark is measured on: those where the plan's predicate
+/// is true (`PlanSource::watermark_rows`: the filters Spark's optimizer would move below
+/// the watermark). Compiled for the schema of the batches the source reads.
+pub struct MeasuredRows {
+    predicate: Expr,
+    compiled: Option<(SchemaRef, Arc<dyn PhysicalExpr>)>,
+}
+
+impl MeasuredRows {
+    /// The rows where `predicate` is true.
+    pub fn new(predicate: Expr) -> Self {
+        MeasuredRows {
+            predicate,
+            compiled: None,
+        }
+    }
+
+    /// The event times `times` of `batch`'s rows, of the measured rows only.
+    pub fn select(
+        &mut self,
+        batch: &RecordBatch,
+        times: TimestampMicrosecondArray,
+    ) -> Result<TimestampMicrosecondArray> {
+        let engine = |e: datafusion::error::DataFusionError| {
+            Error::new(
+                &codes::ENGINE_ERROR,
+                format!("the rows a watermark is measured on: {e}"),
+            )
+        };
+        let schema = batch.schema();
+        let physical = match &self.compiled {
+            Some((s, p)) if *s == schema => p.clone(),
+            _ => {
+                let df = Arc::new(DFSchema::try_from(schema.as_ref().clone()).map_err(engine)?);
+                let logical = compile_predicate(&self.predicate, &Scope::of(df.clone()))?;
+                let p = crate::session::new_context()
+                    .state()
+                    .create_physical_expr(logical, &df)
+                    .map_err(engine)?;
+                self.compiled = Some((schema, p.clone()));
+                p
+            }
+        };
+        let mask = physical
+            .evaluate(batch)
+            .and_then(|v| v.into_array(batch.num_rows()))
+            .map_err(engine)?;
+        let Some(mask) = mask.as_boolean_opt() else {
+            return Err(Error::new(
+                &codes::ENGINE_ERROR,
+                format!("`{}` is not a predicate", self.predicate),
+            ));
+        };
+        // A null predicate keeps no row, as a filter would.
+        let kept = arrow::compute::filter(&times, mask)
+            .map_err(|e| Error::new(&codes::ENGINE_ERROR, format!("arrow: {e}")))?;
+        Ok(kept.as_primitive::<TimestampMicrosecondType>().clone())
     }
 }
 

@@ -311,6 +311,15 @@ pub fn scenario_pipeline(s: &Scenario, tag: &str) -> Result<ScenarioPipeline, St
         "complete" => OutputMode::Complete,
         other => return Err(format!("unknown output mode `{other}`")),
     };
+    // An extension of the corpus format (the scenarios `cargo xtask spark-diff` records):
+    // `filter` before a window aggregation or a dedup, on its input.
+    if matches!(kind, "window_aggregate" | "dedup") {
+        if let Some(p) = q.get("filter") {
+            t = t.step(Action::Filter {
+                predicate: predicate(p, schema)?,
+            });
+        }
+    }
     match kind {
         "project_filter" => {
             if let Some(p) = q.get("filter") {
