@@ -26,37 +26,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 const PG: &str = "postgres://postgres@127.0.0.1:5432/test";
 
-const PIPELINE: &str = r#"apiVersion: etlantic/v1
-kind: Pipeline
-name: click_counts
-assets:
-  clicks:
-    contract: contracts/clicks.yaml
-  counts:
-    contract: contracts/counts.yaml
-sources:
-  - id: clicks
-    asset: clicks
-    event_time: {column: ts}
-    watermark: 10 seconds
-    late_events: {policy: quarantine}
-    read_limit: {max_files: 1}
-transforms:
-  - id: per_minute
-    inputs:
-      clicks: clicks
-    steps:
-      - window_aggregate:
-          window: {type: tumbling, column: ts, size: 1 minute}
-          group_by: [campaign]
-          aggregates: {n: "count_all()"}
-sinks:
-  - id: write_counts
-    input: per_minute
-    asset: counts
-    output_mode: OUTPUT_MODE
-"#;
-
 const PROFILE: &str = r#"apiVersion: etlantic/v1
 kind: Profile
 name: local
@@ -147,7 +116,12 @@ impl Project {
             _ => "append",
         };
         let dir = tmp.path();
-        write(dir, "pipeline.yaml", &PIPELINE.replace("OUTPUT_MODE", mode));
+        write(
+            dir,
+            "pipeline.yaml",
+            &common::crash::CLICK_COUNTS_PIPELINE
+                .replace("output_mode: append", &format!("output_mode: {mode}")),
+        );
         write(
             dir,
             "profiles/local.yaml",
