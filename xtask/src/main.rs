@@ -477,7 +477,7 @@ fn main() -> Result<()> {
             match name.as_str() {
                 "clicks" => {
                     let data = root.join("scratch/bench");
-                    if !data.join("parquet").is_dir() {
+                    if !data.join("parquet").is_dir() || !data.join("jsonl").is_dir() {
                         let venv = home().join(".cache/etlantic-bench-venv");
                         let py = venv.join("bin/python");
                         if !py.exists() {
@@ -488,8 +488,7 @@ fn main() -> Result<()> {
                         run(Command::new(&py)
                             .arg(root.join("../shared/bench/gen_clicks.py"))
                             .arg("--out")
-                            .arg(&data)
-                            .arg("--no-jsonl"))?;
+                            .arg(&data))?;
                     }
                     run(Command::new(cargo())
                         .current_dir(&root)

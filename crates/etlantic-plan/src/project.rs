@@ -24,11 +24,36 @@ pub struct Project {
     pub profile_file: Option<String>,
 }
 
-/// `path` relative to `root` with `/` separators when it is inside it, else as given.
+/// `path` relative to `root`, with `/` separators: a path outside `root` climbs out of it
+/// with `..` (`../shared/stream.yaml`), so that a plan never holds an absolute path. Both
+/// are taken lexically (`.` and `..` resolved, symbolic links not followed); on Windows,
+/// a path on another drive has no relative form and keeps its own.
 pub fn display_relative(root: &Path, path: &Path) -> String {
-    let rel = path.strip_prefix(root).unwrap_or(path);
-    rel.components()
-        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+    use std::path::Component;
+    fn normal(p: &Path) -> Vec<Component<'_>> {
+        let mut out: Vec<Component<'_>> = Vec::new();
+        for c in p.components() {
+            match c {
+                Component::CurDir => {}
+                Component::ParentDir if matches!(out.last(), Some(Component::Normal(_))) => {
+                    out.pop();
+                }
+                c => out.push(c),
+            }
+        }
+        out
+    }
+    let (root, path) = (normal(root), normal(path));
+    let text = |c: &Component<'_>| c.as_os_str().to_string_lossy().into_owned();
+    if root.first() != path.first() {
+        // No common root (another drive): no relative form.
+        return path.iter().map(text).collect::<Vec<_>>().join("/");
+    }
+    let common = root.iter().zip(&path).take_while(|(a, b)| a == b).count();
+    root[common..]
+        .iter()
+        .map(|_| "..".to_string())
+        .chain(path[common..].iter().map(text))
         .collect::<Vec<_>>()
         .join("/")
 }
@@ -115,5 +140,30 @@ impl Project {
                 .in_file(relative.to_string())
                 .into()
         })
+    }
+}
+
+#[cfg(test)]
+mod relative_tests {
+    use super::display_relative;
+    use std::path::Path;
+
+    #[test]
+    fn paths_outside_the_root_climb_out_of_it() {
+        let rel = |r: &str, p: &str| display_relative(Path::new(r), Path::new(p));
+        assert_eq!(
+            rel("/w/proj", "/w/proj/profiles/local.yaml"),
+            "profiles/local.yaml"
+        );
+        assert_eq!(
+            rel("/w/proj", "/w/shared/stream.yaml"),
+            "../shared/stream.yaml"
+        );
+        assert_eq!(
+            rel("/w/proj", "/tmp/x/stream.yaml"),
+            "../../tmp/x/stream.yaml"
+        );
+        assert_eq!(rel("/w/proj", "/w/proj/./a/../b.yaml"), "b.yaml");
+        assert_eq!(rel("/w/proj/", "/w/proj/pipeline.yaml"), "pipeline.yaml");
     }
 }

@@ -24,6 +24,7 @@ use arrow::datatypes::{DataType, Field, Schema};
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 use etlantic_core::diagnostics::{codes, Error, Result};
 use etlantic_core::guarantee::{SinkCommitProtocol, SinkGuarantee};
+use etlantic_core::plugin::{option_names, BindingOption};
 use etlantic_core::plugin::{
     Sink, SinkBatch, SinkCapabilities, SinkContext, SinkProvider, SinkRegistration, WriteOutcome,
 };
@@ -81,7 +82,10 @@ impl ConsoleOptions {
                 other => {
                     return Err(Error::new(
                         &codes::BAD_URI,
-                        format!("`{uri}`: unknown parameter `{other}` for the console sink (known: num_rows, truncate)"),
+                        format!(
+                            "`{uri}`: unknown parameter `{other}` for the console sink (known: {})",
+                            option_names(OPTIONS)
+                        ),
                     ))
                 }
             }
@@ -90,7 +94,25 @@ impl ConsoleOptions {
     }
 }
 
+/// The query parameters of a `console://` sink binding.
+pub const OPTIONS: &[BindingOption] = &[
+    BindingOption {
+        name: "num_rows",
+        default: "20",
+        meaning: "Rows printed per micro-batch (also `numRows`).",
+    },
+    BindingOption {
+        name: "truncate",
+        default: "true",
+        meaning: "Cut values longer than 20 characters to 17 and `...`.",
+    },
+];
+
 impl SinkProvider for ConsoleSinkProvider {
+    fn options(&self) -> &'static [BindingOption] {
+        OPTIONS
+    }
+
     fn scheme(&self) -> &'static str {
         "console"
     }

@@ -87,6 +87,7 @@ use deltalake::protocol::SaveMode;
 use deltalake::{DeltaResult, DeltaTable, DeltaTableConfig, DeltaTableError};
 use etlantic_core::diagnostics::{codes, Diagnostic, Error, Result};
 use etlantic_core::guarantee::{SinkCommitProtocol, SinkGuarantee};
+use etlantic_core::plugin::{option_names, BindingOption};
 use etlantic_core::plugin::{
     Sink, SinkBatch, SinkCapabilities, SinkContext, SinkProvider, SinkRegistration, WriteOutcome,
 };
@@ -162,7 +163,8 @@ impl DeltaSinkOptions {
                 }
                 other => {
                     return Err(bad(format!(
-                        "unknown parameter `{other}` for the delta sink (known: mode, keys, change_data_feed)"
+                        "unknown parameter `{other}` for the delta sink (known: {})",
+                        option_names(OPTIONS)
                     )))
                 }
             }
@@ -208,7 +210,30 @@ pub struct DeltaSinkProvider;
 
 inventory::submit! { SinkRegistration(&DeltaSinkProvider) }
 
+/// The query parameters of a `delta://` sink binding.
+pub const OPTIONS: &[BindingOption] = &[
+    BindingOption {
+        name: "mode",
+        default: "append",
+        meaning: "`append` appends each micro-batch; `merge` (also `upsert`) upserts by `keys` with a Delta MERGE; `overwrite` replaces the table at each write.",
+    },
+    BindingOption {
+        name: "keys",
+        default: "none (required with `merge`)",
+        meaning: "Comma-separated key columns the merge matches on.",
+    },
+    BindingOption {
+        name: "change_data_feed",
+        default: "false",
+        meaning: "A table the sink creates gets `delta.enableChangeDataFeed=true` (also `enableChangeDataFeed`).",
+    },
+];
+
 impl SinkProvider for DeltaSinkProvider {
+    fn options(&self) -> &'static [BindingOption] {
+        OPTIONS
+    }
+
     fn scheme(&self) -> &'static str {
         "delta"
     }

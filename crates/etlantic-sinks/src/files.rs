@@ -47,6 +47,7 @@ use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef};
 use etlantic_core::data::Table;
 use etlantic_core::diagnostics::{codes, Error, Result};
 use etlantic_core::guarantee::{SinkCommitProtocol, SinkGuarantee};
+use etlantic_core::plugin::{option_names, BindingOption};
 use etlantic_core::plugin::{
     Sink, SinkBatch, SinkCapabilities, SinkContext, SinkProvider, SinkRegistration, WriteOutcome,
 };
@@ -168,8 +169,9 @@ impl FileSinkOptions {
                     return Err(Error::new(
                         &codes::BAD_URI,
                         format!(
-                            "binding `{}`: unknown parameter `{other}` for the file sink (known: format, header, delimiter)",
-                            uri.redacted()
+                            "binding `{}`: unknown parameter `{other}` for the file sink (known: {})",
+                            uri.redacted(),
+                            option_names(OPTIONS)
                         ),
                     ))
                 }
@@ -200,7 +202,30 @@ pub struct FileSinkProvider;
 
 inventory::submit! { SinkRegistration(&FileSinkProvider) }
 
+/// The query parameters of a `file://` sink binding.
+pub const OPTIONS: &[BindingOption] = &[
+    BindingOption {
+        name: "format",
+        default: "from the path's extension",
+        meaning: "Output format: `jsonl` (also `json`, `ndjson`, `jsonlines`), `csv` or `parquet`; required when the path has no known extension.",
+    },
+    BindingOption {
+        name: "header",
+        default: "true",
+        meaning: "CSV: write a header line with the column names.",
+    },
+    BindingOption {
+        name: "delimiter",
+        default: ",",
+        meaning: "CSV field delimiter: one ASCII character or `tab` (also `sep`).",
+    },
+];
+
 impl SinkProvider for FileSinkProvider {
+    fn options(&self) -> &'static [BindingOption] {
+        OPTIONS
+    }
+
     fn scheme(&self) -> &'static str {
         "file"
     }

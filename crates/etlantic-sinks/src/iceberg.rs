@@ -122,6 +122,7 @@ use arrow::compute::cast;
 use arrow::datatypes::{DataType, Field, FieldRef, Fields, Schema, SchemaRef, TimeUnit};
 use etlantic_core::diagnostics::{codes, Diagnostic, Error, Result};
 use etlantic_core::guarantee::{SinkCommitProtocol, SinkGuarantee};
+use etlantic_core::plugin::{option_names, BindingOption};
 use etlantic_core::plugin::{
     Sink, SinkBatch, SinkCapabilities, SinkContext, SinkProvider, SinkRegistration, WriteOutcome,
 };
@@ -262,7 +263,10 @@ impl IcebergTarget {
                 other => {
                     return Err(bad_uri(
                         uri,
-                        format!("unknown parameter `{other}` for the Iceberg sink (known: catalog, warehouse, catalog_name)"),
+                        format!(
+                            "unknown parameter `{other}` for the Iceberg sink (known: {})",
+                            option_names(OPTIONS)
+                        ),
                         URI_HELP,
                     ))
                 }
@@ -567,7 +571,30 @@ pub struct IcebergSinkProvider;
 
 inventory::submit! { SinkRegistration(&IcebergSinkProvider) }
 
+/// The query parameters of an `iceberg://` sink binding.
+pub const OPTIONS: &[BindingOption] = &[
+    BindingOption {
+        name: "catalog",
+        default: ".etlantic/iceberg/catalog.db",
+        meaning: "The SQLite database of the SQL catalog, `sqlite://PATH` or a path; created when missing.",
+    },
+    BindingOption {
+        name: "warehouse",
+        default: ".etlantic/iceberg/warehouse",
+        meaning: "The directory new tables are created under, a path or `file://PATH`.",
+    },
+    BindingOption {
+        name: "catalog_name",
+        default: "etlantic",
+        meaning: "The catalog's name in the SQL catalog's rows.",
+    },
+];
+
 impl SinkProvider for IcebergSinkProvider {
+    fn options(&self) -> &'static [BindingOption] {
+        OPTIONS
+    }
+
     fn scheme(&self) -> &'static str {
         "iceberg"
     }

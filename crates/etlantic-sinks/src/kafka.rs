@@ -83,6 +83,7 @@ use etlantic_core::data::Table;
 use etlantic_core::diagnostics::{codes, Error, Result};
 use etlantic_core::faults;
 use etlantic_core::guarantee::{SinkCommitProtocol, SinkGuarantee};
+use etlantic_core::plugin::{option_names, BindingOption};
 use etlantic_core::plugin::{
     Sink, SinkBatch, SinkCapabilities, SinkContext, SinkProvider, SinkRegistration, WriteOutcome,
 };
@@ -163,7 +164,9 @@ impl KafkaSinkOptions {
                     o.transactions = match v.as_str() {
                         "true" => true,
                         "false" => false,
-                        _ => return Err(bad(format!("`transactions={v}`: expected true or false"))),
+                        _ => {
+                            return Err(bad(format!("`transactions={v}`: expected true or false")))
+                        }
                     }
                 }
                 "progressTopic" | "progress_topic" => o.progress_topic = v.clone(),
@@ -173,7 +176,8 @@ impl KafkaSinkOptions {
                 }
                 _ => {
                     return Err(bad(format!(
-                        "unknown parameter `{k}` (the Kafka sink knows key, transactions, progressTopic, transactionalId and kafka.<property>)"
+                        "unknown parameter `{k}` for the Kafka sink (known: {})",
+                        option_names(OPTIONS)
                     )))
                 }
             }
@@ -187,7 +191,40 @@ pub fn transactional_id(query_id: &str, asset: &str) -> String {
     format!("etlantic-{query_id}-{asset}")
 }
 
+/// The query parameters of a `kafka://` sink binding.
+pub const OPTIONS: &[BindingOption] = &[
+    BindingOption {
+        name: "key",
+        default: "none (records have no key)",
+        meaning: "The column whose value becomes the record key: text as is, other values as JSON.",
+    },
+    BindingOption {
+        name: "transactions",
+        default: "true",
+        meaning: "One Kafka transaction per micro-batch (exactly once); `false` uses a plain idempotent producer (at least once).",
+    },
+    BindingOption {
+        name: "progressTopic",
+        default: "`<topic>.etlantic-progress`",
+        meaning: "The topic of the sink's progress markers (should be compacted; also `progress_topic`).",
+    },
+    BindingOption {
+        name: "transactionalId",
+        default: "`etlantic-<query id>-<asset>`",
+        meaning: "Overrides the producer's derived `transactional.id` (also `transactional_id`).",
+    },
+    BindingOption {
+        name: "kafka.<property>",
+        default: "",
+        meaning: "Passed to librdkafka as is; `enable.idempotence`, `acks` and `transactional.id` are always the sink's own.",
+    },
+];
+
 impl SinkProvider for KafkaSinkProvider {
+    fn options(&self) -> &'static [BindingOption] {
+        OPTIONS
+    }
+
     fn scheme(&self) -> &'static str {
         "kafka"
     }

@@ -97,6 +97,7 @@ use arrow::datatypes::{
 use etlantic_core::data::Table;
 use etlantic_core::diagnostics::{codes, Error, Result};
 use etlantic_core::guarantee::{SinkCommitProtocol, SinkGuarantee};
+use etlantic_core::plugin::{option_names, BindingOption};
 use etlantic_core::plugin::{
     Sink, SinkBatch, SinkCapabilities, SinkContext, SinkProvider, SinkRegistration, WriteOutcome,
 };
@@ -277,13 +278,9 @@ impl SqlSinkOptions {
                     return Err(bad_uri(
                         uri,
                         format!(
-                        "unknown parameter `{other}` for the SQL sink (known: table, mode, keys{})",
-                        if dialect == Dialect::Postgres {
-                            ", sslmode"
-                        } else {
-                            ""
-                        }
-                    ),
+                            "unknown parameter `{other}` for the SQL sink (known: {})",
+                            known_options(dialect)
+                        ),
                     ))
                 }
             }
@@ -428,7 +425,45 @@ fn capabilities(uri: &BindingUri) -> Result<SinkCapabilities> {
 const PG_DESCRIPTION: &str =
     "PostgreSQL tables (append, upsert by key, overwrite); one transaction per batch with a progress row";
 
+/// The query parameters of a `postgres://`, `postgresql://` or `sqlite://` sink binding.
+pub const OPTIONS: &[BindingOption] = &[
+    BindingOption {
+        name: "table",
+        default: "required",
+        meaning: "The target table, `name` or `schema.name` (SQLite: only `main`); created when missing.",
+    },
+    BindingOption {
+        name: "mode",
+        default: "append",
+        meaning: "`append` inserts rows; `upsert` inserts or updates by `keys`; `overwrite` deletes every row before inserting.",
+    },
+    BindingOption {
+        name: "keys",
+        default: "none (required with `upsert`)",
+        meaning: "Comma-separated key columns of an upsert (also `key`).",
+    },
+    BindingOption {
+        name: "sslmode",
+        default: "prefer (or `$PGSSLMODE`)",
+        meaning: "PostgreSQL only: the TLS mode (`disable`, `prefer`, `require`, ...).",
+    },
+];
+
+/// The options of a binding of `dialect` (`sslmode` is PostgreSQL's only).
+fn known_options(dialect: Dialect) -> String {
+    let known: Vec<BindingOption> = OPTIONS
+        .iter()
+        .filter(|o| dialect == Dialect::Postgres || o.name != "sslmode")
+        .copied()
+        .collect();
+    option_names(&known)
+}
+
 impl SinkProvider for PostgresSinkProvider {
+    fn options(&self) -> &'static [BindingOption] {
+        OPTIONS
+    }
+
     fn scheme(&self) -> &'static str {
         "postgres"
     }
@@ -444,6 +479,10 @@ impl SinkProvider for PostgresSinkProvider {
 }
 
 impl SinkProvider for PostgresqlSinkProvider {
+    fn options(&self) -> &'static [BindingOption] {
+        OPTIONS
+    }
+
     fn scheme(&self) -> &'static str {
         "postgresql"
     }
@@ -459,6 +498,10 @@ impl SinkProvider for PostgresqlSinkProvider {
 }
 
 impl SinkProvider for SqliteSinkProvider {
+    fn options(&self) -> &'static [BindingOption] {
+        OPTIONS
+    }
+
     fn scheme(&self) -> &'static str {
         "sqlite"
     }

@@ -54,6 +54,7 @@ use deltalake::{DeltaTable, DeltaTableConfig, DeltaTableError};
 use etlantic_core::data::{Offset, SourcePosition};
 use etlantic_core::diagnostics::{codes, Diagnostic, Error, Result};
 use etlantic_core::guarantee::SourceGuarantee;
+use etlantic_core::plugin::{option_names, BindingOption};
 use etlantic_core::plugin::{
     ReadLimit, Source, SourceBatch, SourceCapabilities, SourceContext, SourceProvider,
     SourceRegistration,
@@ -116,7 +117,8 @@ impl DeltaSourceOptions {
                 }
                 other => {
                     return Err(bad(format!(
-                        "unknown parameter `{other}` for the delta source (known: version, startingVersion, maxVersionsPerTrigger)"
+                        "unknown parameter `{other}` for the delta source (known: {})",
+                        option_names(OPTIONS)
                     )))
                 }
             }
@@ -131,7 +133,30 @@ pub struct DeltaSourceProvider;
 
 inventory::submit! { SourceRegistration(&DeltaSourceProvider) }
 
+/// The query parameters of a `delta://` source binding.
+pub const OPTIONS: &[BindingOption] = &[
+    BindingOption {
+        name: "version",
+        default: "latest",
+        meaning: "Bounded reads: the table version to read (time travel; also `versionAsOf`).",
+    },
+    BindingOption {
+        name: "startingVersion",
+        default: "0",
+        meaning: "Streaming: the first table version of the change data feed to read (also `starting_version`).",
+    },
+    BindingOption {
+        name: "maxVersionsPerTrigger",
+        default: "unlimited",
+        meaning: "Streaming: at most this many table versions per micro-batch, at least 1 (also `max_versions_per_trigger`).",
+    },
+];
+
 impl SourceProvider for DeltaSourceProvider {
+    fn options(&self) -> &'static [BindingOption] {
+        OPTIONS
+    }
+
     fn scheme(&self) -> &'static str {
         "delta"
     }

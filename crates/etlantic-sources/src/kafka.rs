@@ -87,6 +87,7 @@ use crate::decode::{BatchBuilder, ContractDecoder, RecordProblem};
 use etlantic_core::data::{DataLoss, Offset, SourcePosition};
 use etlantic_core::diagnostics::{codes, Error, Result};
 use etlantic_core::guarantee::SourceGuarantee;
+use etlantic_core::plugin::{option_names, BindingOption};
 use etlantic_core::plugin::{
     ReadLimit, Source, SourceBatch, SourceCapabilities, SourceContext, SourceProvider,
     SourceRegistration,
@@ -208,16 +209,16 @@ impl KafkaSourceOptions {
                     o.starting = match value.as_str() {
                         "earliest" => StartingOffsets::Earliest,
                         "latest" => StartingOffsets::Latest,
-                        json => StartingOffsets::Specific(serde_json::from_str(json).map_err(
-                            |_| {
+                        json => {
+                            StartingOffsets::Specific(serde_json::from_str(json).map_err(|_| {
                                 bad_param(
                                     uri,
                                     key,
                                     value,
                                     "`earliest`, `latest` or JSON like {\"topic\":{\"0\":42}}",
                                 )
-                            },
-                        )?),
+                            })?)
+                        }
                     }
                 }
                 "maxOffsetsPerTrigger" | "max_offsets_per_trigger" => {
@@ -264,15 +265,17 @@ impl KafkaSourceOptions {
                     }
                 }
                 k if k.starts_with("kafka.") => {
-                    o.client.insert(k["kafka.".len()..].to_string(), value.clone());
+                    o.client
+                        .insert(k["kafka.".len()..].to_string(), value.clone());
                 }
                 _ => {
                     return Err(Error::new(
                         &codes::BAD_URI,
                         format!(
-                            "binding `{}`: unknown parameter `{key}` (the Kafka source knows startingOffsets, maxOffsetsPerTrigger, format, partitions, readTimeoutMs, failOnDataLoss and kafka.<property>)",
-                            uri.redacted()
-                        ),
+                        "binding `{}`: unknown parameter `{key}` for the Kafka source (known: {})",
+                        uri.redacted(),
+                        option_names(OPTIONS)
+                    ),
                     ))
                 }
             }
@@ -281,7 +284,50 @@ impl KafkaSourceOptions {
     }
 }
 
+/// The query parameters of a `kafka://` source binding.
+pub const OPTIONS: &[BindingOption] = &[
+    BindingOption {
+        name: "startingOffsets",
+        default: "earliest",
+        meaning: "Where a new query starts: `earliest`, `latest`, or JSON such as `{\"topic\":{\"0\":42}}` (-2 earliest, -1 latest); a restarted query resumes from its checkpoint (also `starting_offsets`).",
+    },
+    BindingOption {
+        name: "maxOffsetsPerTrigger",
+        default: "unlimited",
+        meaning: "At most this many offsets per micro-batch, split over the partitions by backlog; the pipeline's `read_limit.max_records` also applies (also `max_offsets_per_trigger`).",
+    },
+    BindingOption {
+        name: "format",
+        default: "raw",
+        meaning: "`raw` gives Spark's Kafka columns (`key`, `value`, `topic`, ...); `json` decodes each value as a JSON object against the contract.",
+    },
+    BindingOption {
+        name: "partitions",
+        default: "all",
+        meaning: "Read only these partitions of every topic, e.g. `0,1`.",
+    },
+    BindingOption {
+        name: "readTimeoutMs",
+        default: "30000",
+        meaning: "How long a read waits for its records before failing with ETL706 (also `read_timeout_ms`).",
+    },
+    BindingOption {
+        name: "failOnDataLoss",
+        default: "true",
+        meaning: "Fail with ETL712 when retention deleted records not yet read; `false` skips the gap and reports it (also `fail_on_data_loss`).",
+    },
+    BindingOption {
+        name: "kafka.<property>",
+        default: "",
+        meaning: "Passed to librdkafka as is (e.g. `kafka.security.protocol=SSL`); it can override the source's own settings.",
+    },
+];
+
 impl SourceProvider for KafkaSourceProvider {
+    fn options(&self) -> &'static [BindingOption] {
+        OPTIONS
+    }
+
     fn scheme(&self) -> &'static str {
         "kafka"
     }
@@ -557,18 +603,10 @@ impl KafkaSource {
         partition: i32,
         r: &Record,
     ) -> std::result::Result<Value, RecordProblem> {
-        let text = |b: &Option<Vec<u8>>, what: &str| -> std::result::Result<Value, RecordProblem> {
-            match b {
-                None => Ok(Value::Null),
-                Some(b) => std::str::from_utf8(b)
-                    .map(|s| Value::String(s.to_string()))
-                    .map_err(|_| RecordProblem::unparsable(format!("the {what} is not UTF-8"))),
-            }
-        };
         let (mut obj, prefix) = match self.options.format {
             ValueFormat::Raw => {
                 let mut m = Map::new();
-                m.insert("value".into(), text(&r.value, "value")?);
+                m.insert("value".into(), utf8_value(&r.value, "value")?);
                 (m, "")
             }
             ValueFormat::Json => {
@@ -599,30 +637,44 @@ impl KafkaSource {
                 }
             }
         };
+        obj.extend(self.metadata(topic, partition, r, prefix)?);
+        Ok(Value::Object(obj))
+    }
+
+    /// The record's metadata columns the contract has (`{prefix}key`, `topic`, ...), as
+    /// the JSON values the decoder reads.
+    fn metadata(
+        &self,
+        topic: &str,
+        partition: i32,
+        r: &Record,
+        prefix: &str,
+    ) -> std::result::Result<Vec<(String, Value)>, RecordProblem> {
+        let mut meta = Vec::new();
         let name = |c: &str| format!("{prefix}{c}");
         let wants = |c: &str| self.field_type(&name(c));
         if wants("key").is_some() {
-            obj.insert(name("key"), text(&r.key, "key")?);
+            meta.push((name("key"), utf8_value(&r.key, "key")?));
         }
         if wants("topic").is_some() {
-            obj.insert(name("topic"), json!(topic));
+            meta.push((name("topic"), json!(topic)));
         }
         if wants("partition").is_some() {
-            obj.insert(name("partition"), json!(partition));
+            meta.push((name("partition"), json!(partition)));
         }
         if wants("offset").is_some() {
-            obj.insert(name("offset"), json!(r.offset));
+            meta.push((name("offset"), json!(r.offset)));
         }
         if wants("timestamp").is_some() {
-            obj.insert(
+            meta.push((
                 name("timestamp"),
                 r.timestamp.map_or(Value::Null, |t| json!(t)),
-            );
+            ));
         }
         if let Some(dt) = wants("headers") {
             let mut hs = Vec::with_capacity(r.headers.len());
             for (k, v) in &r.headers {
-                hs.push(json!({"key": k, "value": text(v, "header value")?}));
+                hs.push(json!({"key": k, "value": utf8_value(v, "header value")?}));
             }
             let hs = Value::Array(hs);
             let v = match dt {
@@ -631,9 +683,34 @@ impl KafkaSource {
                 }
                 _ => hs,
             };
-            obj.insert(name("headers"), v);
+            meta.push((name("headers"), v));
         }
-        Ok(Value::Object(obj))
+        Ok(meta)
+    }
+
+    /// Decodes a JSON-format record through the decoder's fast path; `false` when it
+    /// needs the per-record path ([`KafkaSource::record_json`]), nothing added.
+    fn push_fast(
+        &self,
+        builder: &mut BatchBuilder,
+        topic: &str,
+        partition: i32,
+        r: &Record,
+    ) -> bool {
+        let Some(text) = r.value.as_deref().and_then(|v| std::str::from_utf8(v).ok()) else {
+            return false;
+        };
+        let Ok(meta) = self.metadata(topic, partition, r, "kafka_") else {
+            return false;
+        };
+        let mut given = Vec::with_capacity(meta.len());
+        for (name, value) in meta {
+            match self.decoder.column_index(&name) {
+                Some(c) => given.push((c, value)),
+                None => return false,
+            }
+        }
+        builder.push_json_text_with(text, &given)
     }
 
     /// Polls the records of `ranges` (per partition `[begin, end)`).
@@ -828,9 +905,15 @@ impl Source for KafkaSource {
                 }
             };
             for r in recs {
-                let problem = match self.record_json(topic, *partition, r) {
-                    Ok(v) => builder.push_json(&v).err(),
-                    Err(p) => Some(p),
+                let fast = self.options.format == ValueFormat::Json
+                    && self.push_fast(&mut builder, topic, *partition, r);
+                let problem = if fast {
+                    None
+                } else {
+                    match self.record_json(topic, *partition, r) {
+                        Ok(v) => builder.push_json(&v).err(),
+                        Err(p) => Some(p),
+                    }
                 };
                 if problem.is_none() {
                     match &mut run {
@@ -863,5 +946,15 @@ impl Source for KafkaSource {
 
     fn describe_offset(&self, offset: &Offset) -> Value {
         offset.0.clone()
+    }
+}
+/// An optional byte string as a JSON string (null when absent); `what` names it in the
+/// problem when it is not UTF-8.
+fn utf8_value(b: &Option<Vec<u8>>, what: &str) -> std::result::Result<Value, RecordProblem> {
+    match b {
+        None => Ok(Value::Null),
+        Some(b) => std::str::from_utf8(b)
+            .map(|s| Value::String(s.to_string()))
+            .map_err(|_| RecordProblem::unparsable(format!("the {what} is not UTF-8"))),
     }
 }

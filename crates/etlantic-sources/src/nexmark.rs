@@ -39,6 +39,7 @@ use arrow::datatypes::{DataType, SchemaRef};
 use etlantic_core::data::Offset;
 use etlantic_core::diagnostics::{codes, Error, Result};
 use etlantic_core::guarantee::SourceGuarantee;
+use etlantic_core::plugin::{option_names, BindingOption};
 use etlantic_core::plugin::{
     ReadLimit, Source, SourceBatch, SourceCapabilities, SourceContext, SourceProvider,
     SourceRegistration,
@@ -135,16 +136,17 @@ impl NexmarkOptions {
                 "event_gap_us" => o.event_gap_us = positive()? as i64,
                 "seed" => o.seed = v.parse().map_err(|_| bad(k, v, "an unsigned integer"))?,
                 "out_of_order" => o.out_of_order = positive()?,
-                "realtime" => {
-                    o.realtime = v.parse().map_err(|_| bad(k, v, "true or false"))?
-                }
+                "realtime" => o.realtime = v.parse().map_err(|_| bad(k, v, "true or false"))?,
                 "start_ms" => {
                     o.start_ms = v.parse().map_err(|_| bad(k, v, "epoch milliseconds"))?
                 }
                 other => {
                     return Err(Error::new(
                         &codes::BAD_URI,
-                        format!("`{uri}`: unknown parameter `{other}` for the Nexmark source (known: events_per_batch, max_events, event_gap_us, start_ms, seed, out_of_order, realtime)"),
+                        format!(
+                        "`{uri}`: unknown parameter `{other}` for the Nexmark source (known: {})",
+                        option_names(OPTIONS)
+                    ),
                     ))
                 }
             }
@@ -153,7 +155,50 @@ impl NexmarkOptions {
     }
 }
 
+/// The query parameters of a `nexmark://` source binding.
+pub const OPTIONS: &[BindingOption] = &[
+    BindingOption {
+        name: "events_per_batch",
+        default: "10000",
+        meaning: "Events (of all three streams) offered per trigger.",
+    },
+    BindingOption {
+        name: "max_events",
+        default: "unlimited",
+        meaning: "Events generated in all before the stream stops growing.",
+    },
+    BindingOption {
+        name: "event_gap_us",
+        default: "100",
+        meaning: "Event time between consecutive events, in microseconds.",
+    },
+    BindingOption {
+        name: "start_ms",
+        default: "1704067200000 (2024-01-01T00:00:00Z)",
+        meaning: "The event time of event 0, in epoch milliseconds.",
+    },
+    BindingOption {
+        name: "seed",
+        default: "0",
+        meaning: "Seed of the random fields: the same seed gives the same events.",
+    },
+    BindingOption {
+        name: "out_of_order",
+        default: "50",
+        meaning: "Event ids are permuted within groups of this many events (Beam's `outOfOrderGroupSize`).",
+    },
+    BindingOption {
+        name: "realtime",
+        default: "false",
+        meaning: "Offer an event only once the wall clock has passed its event time.",
+    },
+];
+
 impl SourceProvider for NexmarkSourceProvider {
+    fn options(&self) -> &'static [BindingOption] {
+        OPTIONS
+    }
+
     fn scheme(&self) -> &'static str {
         "nexmark"
     }

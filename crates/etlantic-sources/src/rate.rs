@@ -25,6 +25,7 @@ use arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 use etlantic_core::data::Offset;
 use etlantic_core::diagnostics::{codes, Error, Result};
 use etlantic_core::guarantee::SourceGuarantee;
+use etlantic_core::plugin::{option_names, BindingOption};
 use etlantic_core::plugin::{
     ReadLimit, Source, SourceBatch, SourceCapabilities, SourceContext, SourceProvider,
     SourceRegistration,
@@ -81,7 +82,8 @@ impl RateOptions {
                     return Err(Error::new(
                         &codes::BAD_URI,
                         format!(
-                            "`{uri}`: unknown parameter `{other}` for the rate source (known: rows_per_second, start_ms)"
+                            "`{uri}`: unknown parameter `{other}` for the rate source (known: {})",
+                            option_names(OPTIONS)
                         ),
                     ))
                 }
@@ -91,7 +93,26 @@ impl RateOptions {
     }
 }
 
+/// The query parameters of a `rate://` source binding.
+pub const OPTIONS: &[BindingOption] = &[
+    BindingOption {
+        name: "rows_per_second",
+        default: "1",
+        meaning: "Rows generated per second of wall time (also `rowsPerSecond`).",
+    },
+    BindingOption {
+        name: "start_ms",
+        default: "when the source first started",
+        meaning:
+            "The event time of the first row in epoch milliseconds, for deterministic timestamps.",
+    },
+];
+
 impl SourceProvider for RateSourceProvider {
+    fn options(&self) -> &'static [BindingOption] {
+        OPTIONS
+    }
+
     fn scheme(&self) -> &'static str {
         "rate"
     }

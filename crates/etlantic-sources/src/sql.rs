@@ -48,6 +48,7 @@ use arrow::datatypes::{DataType, SchemaRef};
 use etlantic_core::data::{Offset, SourcePosition};
 use etlantic_core::diagnostics::{codes, Error, Result};
 use etlantic_core::guarantee::SourceGuarantee;
+use etlantic_core::plugin::{option_names, BindingOption};
 use etlantic_core::plugin::{
     ReadLimit, Source, SourceBatch, SourceCapabilities, SourceContext, SourceProvider,
     SourceRegistration,
@@ -169,13 +170,9 @@ impl SqlSourceOptions {
                     return Err(bad_uri(
                         uri,
                         format!(
-                        "unknown parameter `{other}` for the SQL source (known: table, query, read{})",
-                        if dialect == Dialect::Postgres {
-                            ", sslmode"
-                        } else {
-                            ""
-                        }
-                    ),
+                            "unknown parameter `{other}` for the SQL source (known: {})",
+                            known_options(dialect)
+                        ),
                     ))
                 }
             };
@@ -282,7 +279,45 @@ fn capabilities(uri: &BindingUri) -> Result<SourceCapabilities> {
 const PG_DESCRIPTION: &str =
     "A PostgreSQL table or query, read as a bounded table (batch runs, static sides of joins)";
 
+/// The query parameters of a `postgres://`, `postgresql://` or `sqlite://` source binding.
+pub const OPTIONS: &[BindingOption] = &[
+    BindingOption {
+        name: "table",
+        default: "required unless `query` is given",
+        meaning: "The table to read, `name` or `schema.name` (quoted, case-sensitive).",
+    },
+    BindingOption {
+        name: "query",
+        default: "required unless `table` is given",
+        meaning: "One SELECT to read instead of a table (percent-encoded in the URI where needed).",
+    },
+    BindingOption {
+        name: "read",
+        default: "rows",
+        meaning: "`rows` reads through the source; `in_place` lets an SQL region on the same PostgreSQL database read the table where it lies (batch runs, `table` only).",
+    },
+    BindingOption {
+        name: "sslmode",
+        default: "prefer (or `$PGSSLMODE`)",
+        meaning: "PostgreSQL only: the TLS mode (`disable`, `prefer`, `require`, ...).",
+    },
+];
+
+/// The options of a binding of `dialect` (`sslmode` is PostgreSQL's only).
+fn known_options(dialect: Dialect) -> String {
+    let known: Vec<BindingOption> = OPTIONS
+        .iter()
+        .filter(|o| dialect == Dialect::Postgres || o.name != "sslmode")
+        .copied()
+        .collect();
+    option_names(&known)
+}
+
 impl SourceProvider for PostgresSourceProvider {
+    fn options(&self) -> &'static [BindingOption] {
+        OPTIONS
+    }
+
     fn scheme(&self) -> &'static str {
         "postgres"
     }
@@ -298,6 +333,10 @@ impl SourceProvider for PostgresSourceProvider {
 }
 
 impl SourceProvider for PostgresqlSourceProvider {
+    fn options(&self) -> &'static [BindingOption] {
+        OPTIONS
+    }
+
     fn scheme(&self) -> &'static str {
         "postgresql"
     }
@@ -313,6 +352,10 @@ impl SourceProvider for PostgresqlSourceProvider {
 }
 
 impl SourceProvider for SqliteSourceProvider {
+    fn options(&self) -> &'static [BindingOption] {
+        OPTIONS
+    }
+
     fn scheme(&self) -> &'static str {
         "sqlite"
     }

@@ -264,9 +264,11 @@ pub fn decode_parquet(data: &[u8]) {
     read_file("records.parquet", data);
 }
 
-/// A Kafka record value in the `json` format: the value parsed as JSON and decoded by the
-/// contract decoder, as the Kafka source does for each record (the Kafka client itself
-/// is librdkafka's).
+/// A Kafka record value in the `json` format, decoded by the contract decoder as the
+/// Kafka source does for each record (the Kafka client itself is librdkafka's) — and
+/// decoded twice: through the decoder's fast path (then the per-record path when it
+/// declines) and through the per-record path alone. The two must take the same records
+/// with the same values; a difference panics, which the fuzzer reports as a finding.
 pub fn kafka_value(data: &[u8]) {
     let contract = decoder_contract();
     let Ok(decoder) =
@@ -274,11 +276,29 @@ pub fn kafka_value(data: &[u8]) {
     else {
         return;
     };
-    let mut builder = decoder.builder();
-    if let Ok(value) = serde_json::from_slice::<serde_json::Value>(data) {
-        let _ = builder.push_json(&value);
-    }
-    let _ = builder.finish();
+    let per_record = |b: &mut etlantic_sources::decode::BatchBuilder| {
+        serde_json::from_slice::<serde_json::Value>(data)
+            .ok()
+            .is_some_and(|v| b.push_json(&v).is_ok())
+    };
+    let mut slow = decoder.clone().with_fast_path(false).builder();
+    let mut fast = decoder.builder();
+    let slow_took = per_record(&mut slow);
+    let fast_took =
+        std::str::from_utf8(data).is_ok_and(|t| fast.push_json_text(t)) || per_record(&mut fast);
+    assert_eq!(
+        slow_took,
+        fast_took,
+        "the fast path and the per-record path disagree on {:?}",
+        String::from_utf8_lossy(data)
+    );
+    let (slow, fast) = (slow.finish(), fast.finish());
+    assert_eq!(
+        slow.ok().flatten(),
+        fast.ok().flatten(),
+        "the fast path decodes {:?} differently",
+        String::from_utf8_lossy(data)
+    );
 }
 
 /// A checkpoint's micro-batch log segment.

@@ -26,6 +26,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod binding_docs;
 pub mod contract_diff;
 pub mod dlq;
 pub mod emit;

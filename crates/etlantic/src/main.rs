@@ -359,12 +359,17 @@ fn main() {
         } => match load_and_plan(&target, format) {
             Ok((_, p)) => {
                 let json = p.to_pretty_json();
-                if let Some(out) = out {
-                    if let Err(e) = std::fs::write(&out, &json) {
-                        eprintln!("cannot write {}: {e}", out.display());
-                        std::process::exit(exit::EXECUTION_FAILED);
+                // With `-o`, the plan goes to the file only; the terminal gets one line.
+                let printed = match &out {
+                    Some(out) => {
+                        if let Err(e) = std::fs::write(out, &json) {
+                            eprintln!("cannot write {}: {e}", out.display());
+                            std::process::exit(exit::EXECUTION_FAILED);
+                        }
+                        format!("wrote the plan to {} ({})", out.display(), p.fingerprint)
                     }
-                }
+                    None => json,
+                };
                 if let Some(file) = emit_pipeline {
                     let yaml = match etlantic::emit::pipeline_yaml(&p) {
                         Ok(y) => y,
@@ -375,7 +380,7 @@ fn main() {
                         std::process::exit(exit::EXECUTION_FAILED);
                     }
                 }
-                println!("{json}");
+                println!("{printed}");
                 exit::OK
             }
             Err(code) => code,

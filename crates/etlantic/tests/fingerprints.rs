@@ -45,6 +45,32 @@ fn same_fingerprint_from_different_working_directories() {
         "no absolute path in the plan"
     );
 
+    // A profile outside the project: the plan records where it is relative to the project
+    // (no absolute path), and the fingerprint does not depend on it.
+    let outside = Project::empty();
+    std::fs::copy(&abs_profile, outside.join("stream.yaml")).unwrap();
+    let r = etlantic(
+        &proj,
+        &[
+            "plan",
+            "--profile",
+            outside.join("stream.yaml").to_str().unwrap(),
+        ],
+    );
+    r.ok();
+    let plan = r.stdout_json();
+    let recorded = plan["provenance"]["profileFile"].as_str().unwrap();
+    assert!(
+        recorded.starts_with("../") && recorded.ends_with("/stream.yaml"),
+        "{recorded}"
+    );
+    assert!(!recorded.contains("//"), "{recorded}");
+    assert!(
+        !r.stdout.contains(outside.path().to_str().unwrap()),
+        "no absolute path"
+    );
+    assert_eq!(plan["fingerprint"].as_str().unwrap(), in_project);
+
     // A copy of the project somewhere else plans the same.
     let copy = Project::empty();
     copy_dir(&proj, copy.path());
@@ -79,7 +105,7 @@ fn yaml_plan_yaml_keeps_the_fingerprint() {
     let p = Project::init();
     let plan = p.run(&["plan", "-o", "plan.json", "--emit-pipeline", "emitted.yaml"]);
     plan.ok();
-    let original = plan.stdout_json();
+    let original: Value = serde_json::from_str(&p.read("plan.json")).unwrap();
     let yaml = p.read("emitted.yaml");
     // Self-contained: contracts and the DTCS plan are inline, no file reference left.
     assert!(!yaml.contains("contracts/"), "{yaml}");
@@ -219,11 +245,13 @@ fn run_plan_runs_a_saved_plan_and_refuses_an_edited_one() {
     let p = Project::init();
     let plan = p.run(&["plan", "-o", "plan.json"]);
     plan.ok();
-    let fp = plan.stdout_json()["fingerprint"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    assert_eq!(p.read("plan.json").trim(), plan.stdout.trim());
+    let saved: Value = serde_json::from_str(&p.read("plan.json")).unwrap();
+    let fp = saved["fingerprint"].as_str().unwrap().to_string();
+    // The plan goes to the file only; the terminal names the file and the fingerprint.
+    assert_eq!(
+        plan.stdout.trim(),
+        format!("wrote the plan to plan.json ({fp})")
+    );
 
     // Runs exactly that plan, even without the pipeline and contract files.
     std::fs::remove_file(p.join("pipeline.yaml")).unwrap();

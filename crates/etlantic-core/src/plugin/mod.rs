@@ -13,6 +13,7 @@
 //! ```
 
 mod backend;
+mod options;
 pub mod processor;
 mod sink;
 mod source;
@@ -21,6 +22,7 @@ pub use backend::{
     Backend, BackendCapabilities, RegionKind, RegionLocation, StepLogic, StepTask,
     StreamingSupport, TransformImpl,
 };
+pub use options::{option_names, BindingOption};
 pub use processor::{
     ExpiredTimer, GroupKey, ListState, MapState, ProcessorContext, ProcessorInit,
     ProcessorProvider, ProcessorSpec, StatefulProcessor, TimerValues, ValueState,

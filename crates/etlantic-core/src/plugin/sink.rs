@@ -129,6 +129,11 @@ pub trait SinkProvider: Send + Sync + 'static {
     fn scheme(&self) -> &'static str;
     /// One line describing the provider (for `etlantic plugins`).
     fn description(&self) -> &'static str;
+    /// The query parameters its bindings accept, for the user docs (default: none). A
+    /// provider that refuses unknown parameters names these in its diagnostic.
+    fn options(&self) -> &'static [super::BindingOption] {
+        &[]
+    }
     /// What a sink for this binding can do.
     fn capabilities(&self, uri: &BindingUri) -> Result<SinkCapabilities>;
     /// Creates the sink.

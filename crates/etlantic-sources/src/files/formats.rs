@@ -164,15 +164,11 @@ fn flush(builder: &mut BatchBuilder, out: &mut SourceBatch) -> Result<()> {
 }
 
 fn read_jsonl(ctx: &ReadCtx<'_>, path: &Path, rel: &str, out: &mut SourceBatch) -> Result<()> {
-    let bytes = std::fs::read(path).map_err(|e| io_error("read", path, e))?;
-    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&bytes);
     let mut builder = ctx.decoder.builder();
     let mut runs = LineRuns::default();
-    for (i, line) in bytes.split(|b| *b == b'\n').enumerate() {
-        let lineno = i as u64 + 1;
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
+    super::lines::for_each_line(path, |lineno, line| {
         if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
+            return Ok(());
         }
         let reject = |p: RecordProblem, out: &mut SourceBatch| {
             let mut pos = ctx.position(rel);
@@ -187,29 +183,38 @@ fn read_jsonl(ctx: &ReadCtx<'_>, path: &Path, rel: &str, out: &mut SourceBatch) 
                     RecordProblem::unparsable(format!("line {lineno} is not valid UTF-8: {e}")),
                     out,
                 );
-                continue;
+                return Ok(());
             }
         };
-        let value: Value = match serde_json::from_str(text) {
-            Ok(v) => v,
-            Err(e) => {
-                reject(
-                    RecordProblem::unparsable(format!("line {lineno} is not valid JSON: {e}")),
-                    out,
-                );
-                continue;
-            }
-        };
-        match builder.push_json(&value) {
-            Ok(()) => {
-                runs.good(lineno, ctx, rel, out);
-                if builder.len() >= ctx.batch_size {
-                    flush(&mut builder, out)?;
+        // The fast path takes the usual records; the others are parsed whole, and the
+        // per-record rules say why they are rejected (or take them).
+        let pushed = builder.push_json_text(text) || {
+            let value: Value = match serde_json::from_str(text) {
+                Ok(v) => v,
+                Err(e) => {
+                    reject(
+                        RecordProblem::unparsable(format!("line {lineno} is not valid JSON: {e}")),
+                        out,
+                    );
+                    return Ok(());
+                }
+            };
+            match builder.push_json(&value) {
+                Ok(()) => true,
+                Err(p) => {
+                    reject(p, out);
+                    false
                 }
             }
-            Err(p) => reject(p, out),
+        };
+        if pushed {
+            runs.good(lineno, ctx, rel, out);
+            if builder.len() >= ctx.batch_size {
+                flush(&mut builder, out)?;
+            }
         }
-    }
+        Ok(())
+    })?;
     runs.close(ctx, rel, out);
     flush(&mut builder, out)
 }
@@ -278,11 +283,14 @@ fn read_csv(ctx: &ReadCtx<'_>, path: &Path, rel: &str, out: &mut SourceBatch) ->
             .position()
             .map(|p| (p.line(), p.byte() as usize))
             .unwrap_or((0, 0));
-        let end = (reader.position().byte() as usize).min(data.len());
-        let raw_bytes = &data[start.min(end)..end];
-        let raw_bytes = raw_bytes.strip_suffix(b"\n").unwrap_or(raw_bytes);
-        let raw_bytes = raw_bytes.strip_suffix(b"\r").unwrap_or(raw_bytes);
-        let raw = String::from_utf8_lossy(raw_bytes).into_owned();
+        // The record's text, as it is in the file: only needed for a rejected record.
+        let raw = |reader: &csv::Reader<&[u8]>| {
+            let end = (reader.position().byte() as usize).min(data.len());
+            let raw_bytes = &data[start.min(end)..end];
+            let raw_bytes = raw_bytes.strip_suffix(b"\n").unwrap_or(raw_bytes);
+            let raw_bytes = raw_bytes.strip_suffix(b"\r").unwrap_or(raw_bytes);
+            String::from_utf8_lossy(raw_bytes).into_owned()
+        };
         let mut pos = ctx.position(rel);
         pos.line = Some(line);
         if record.len() != expected {
@@ -291,23 +299,29 @@ fn read_csv(ctx: &ReadCtx<'_>, path: &Path, rel: &str, out: &mut SourceBatch) ->
                     "line {line} has {} columns, expected {expected}",
                     record.len()
                 ))
-                .into_rejected(pos, raw),
+                .into_rejected(pos, raw(&reader)),
             );
             continue;
         }
-        let fields: std::result::Result<Vec<&str>, _> =
-            record.iter().map(std::str::from_utf8).collect();
-        let fields = match fields {
-            Ok(f) => f,
+        let fields = match csv::StringRecord::from_byte_record(std::mem::take(&mut record)) {
+            Ok(fields) => fields,
             Err(e) => {
+                record = e.into_byte_record();
+                let why = record
+                    .iter()
+                    .find_map(|f| std::str::from_utf8(f).err())
+                    .map_or_else(|| "invalid UTF-8".to_string(), |e| e.to_string());
                 out.rejected.push(
-                    RecordProblem::unparsable(format!("line {line} is not valid UTF-8: {e}"))
-                        .into_rejected(pos, raw),
+                    RecordProblem::unparsable(format!("line {line} is not valid UTF-8: {why}"))
+                        .into_rejected(pos, raw(&reader)),
                 );
                 continue;
             }
         };
-        let values: Vec<Option<&str>> = mapping.iter().map(|m| m.map(|i| fields[i])).collect();
+        let values: Vec<Option<&str>> = mapping
+            .iter()
+            .map(|m| m.and_then(|i| fields.get(i)))
+            .collect();
         match builder.push_text(&values) {
             Ok(()) => {
                 runs.good(line, ctx, rel, out);
@@ -315,8 +329,10 @@ fn read_csv(ctx: &ReadCtx<'_>, path: &Path, rel: &str, out: &mut SourceBatch) ->
                     flush(&mut builder, out)?;
                 }
             }
-            Err(p) => out.rejected.push(p.into_rejected(pos, raw)),
+            Err(p) => out.rejected.push(p.into_rejected(pos, raw(&reader))),
         }
+        drop(values);
+        record = fields.into_byte_record();
     }
     runs.close(ctx, rel, out);
     flush(&mut builder, out)

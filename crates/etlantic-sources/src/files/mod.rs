@@ -53,6 +53,7 @@
 //! returns the files of `end` that are not in `start`. A plain file is one file.
 
 mod formats;
+mod lines;
 pub mod seen_log;
 
 pub use formats::{CsvOptions, FileFormat};
@@ -63,6 +64,7 @@ use crate::fsutil::{display_relative, io_error};
 use etlantic_core::data::{Offset, RejectedRecord, SourcePosition};
 use etlantic_core::diagnostics::{codes, Error, Result};
 use etlantic_core::guarantee::SourceGuarantee;
+use etlantic_core::plugin::{option_names, BindingOption};
 use etlantic_core::plugin::{
     ReadLimit, Source, SourceBatch, SourceCapabilities, SourceContext, SourceProvider,
     SourceRegistration,
@@ -171,8 +173,9 @@ impl FileSourceOptions {
                     return Err(Error::new(
                         &codes::BAD_URI,
                         format!(
-                            "binding `{}`: unknown parameter `{other}` for the file source (known: format, header, delimiter, max_files_per_trigger, batch_size, read_ahead)",
-                            uri.redacted()
+                            "binding `{}`: unknown parameter `{other}` for the file source (known: {})",
+                            uri.redacted(),
+                            option_names(OPTIONS)
                         ),
                     ))
                 }
@@ -188,7 +191,45 @@ pub fn looks_like_file(location: &str) -> bool {
     !location.ends_with('/') && FileFormat::from_path(Path::new(location)).is_some()
 }
 
+/// The query parameters of a `file://` source binding.
+pub const OPTIONS: &[BindingOption] = &[
+    BindingOption {
+        name: "format",
+        default: "from the file extension",
+        meaning: "File format: `jsonl` (also `json`, `ndjson`, `jsonlines`), `csv` or `parquet`; without it, a directory reads each file by its own extension.",
+    },
+    BindingOption {
+        name: "header",
+        default: "true",
+        meaning: "CSV: the first line names the columns (matched to the contract by name); `false` matches them by position.",
+    },
+    BindingOption {
+        name: "delimiter",
+        default: ",",
+        meaning: "CSV field delimiter: one ASCII character or `tab` (also `sep`).",
+    },
+    BindingOption {
+        name: "max_files_per_trigger",
+        default: "unlimited",
+        meaning: "A stream reads at most this many new files per micro-batch; with the pipeline's `read_limit.max_files` the smaller wins (also `maxFilesPerTrigger`).",
+    },
+    BindingOption {
+        name: "batch_size",
+        default: "8192",
+        meaning: "Rows per Arrow batch when decoding.",
+    },
+    BindingOption {
+        name: "read_ahead",
+        default: "false",
+        meaning: "A stream decodes the next micro-batch's files on a thread of its own while the current one is processed (more memory, less waiting).",
+    },
+];
+
 impl SourceProvider for FileSourceProvider {
+    fn options(&self) -> &'static [BindingOption] {
+        OPTIONS
+    }
+
     fn scheme(&self) -> &'static str {
         "file"
     }

@@ -263,7 +263,15 @@ pub fn copy_dir(from: &Path, to: &Path) {
 pub fn plan_fingerprint(dir: &Path, args: &[&str]) -> String {
     let r = etlantic(dir, args);
     r.ok();
-    r.stdout_json()["fingerprint"]
+    // With `-o FILE` the plan is in the file (the terminal gets one line).
+    let plan: Value = match args.iter().position(|a| *a == "-o" || *a == "--out") {
+        Some(i) => serde_json::from_str(
+            &std::fs::read_to_string(dir.join(args[i + 1])).expect("the plan file"),
+        )
+        .expect("the plan file is JSON"),
+        None => r.stdout_json(),
+    };
+    plan["fingerprint"]
         .as_str()
         .expect("a fingerprint")
         .to_string()

@@ -48,6 +48,11 @@ use serde_json::Value;
 use std::fmt::Display;
 use std::sync::Arc;
 
+mod columns;
+mod fast;
+
+use columns::ColumnBuilder;
+
 /// Why one record was rejected: a code from the `ETL70x` range, the field at fault and a
 /// reason naming the field and the value.
 #[derive(Clone, Debug, PartialEq)]
@@ -258,6 +263,8 @@ struct Column {
 pub struct ContractDecoder {
     schema: SchemaRef,
     columns: Arc<Vec<Column>>,
+    fast: Arc<fast::FastSchema>,
+    fast_path: bool,
 }
 
 impl std::fmt::Debug for ContractDecoder {
@@ -295,7 +302,9 @@ impl ContractDecoder {
         }
         Ok(ContractDecoder {
             schema,
+            fast: Arc::new(fast::FastSchema::new(&columns)),
             columns: Arc::new(columns),
+            fast_path: true,
         })
     }
 
@@ -321,9 +330,28 @@ impl ContractDecoder {
     pub fn builder(&self) -> BatchBuilder {
         BatchBuilder {
             decoder: self.clone(),
-            columns: self.columns.iter().map(|_| Vec::new()).collect(),
+            columns: self
+                .columns
+                .iter()
+                .map(|c| ColumnBuilder::new(c.field.data_type()))
+                .collect(),
             rows: 0,
+            scratch: fast::Scratch::default(),
+            preset: Vec::new(),
         }
+    }
+
+    /// The same decoder with its fast path on (the default) or off. Both decode the same
+    /// records into the same values; off, every record takes the per-record path, which is
+    /// how tests and benchmarks compare the two.
+    pub fn with_fast_path(mut self, on: bool) -> Self {
+        self.fast_path = on;
+        self
+    }
+
+    /// The index of the schema's field `name`.
+    pub fn column_index(&self, name: &str) -> Option<usize> {
+        self.columns.iter().position(|c| c.field.name() == name)
     }
 
     /// Conforms an Arrow batch read from elsewhere (a Parquet file, a pushed batch) to the
@@ -424,26 +452,6 @@ impl ContractDecoder {
         }
         Ok(cells)
     }
-
-    fn text_record(
-        &self,
-        values: &[Option<&str>],
-    ) -> std::result::Result<Vec<Cell>, RecordProblem> {
-        let mut cells = Vec::with_capacity(self.columns.len());
-        for (col, v) in self.columns.iter().zip(values) {
-            let name = col.field.name();
-            let cell = match v {
-                None if !col.field.is_nullable() => {
-                    return Err(RecordProblem::missing_required(name, "missing"))
-                }
-                None => Cell::Null,
-                Some(s) => text_cell(s, &col.field, name)?,
-            };
-            check_cell(&cell, col)?;
-            cells.push(cell);
-        }
-        Ok(cells)
-    }
 }
 
 /// The result of [`ContractDecoder::conform_batch`].
@@ -456,10 +464,17 @@ pub struct ConformedBatch {
 }
 
 /// Accumulates decoded records; [`BatchBuilder::finish`] turns them into a batch.
+///
+/// Text records have a fast path ([`BatchBuilder::push_json_text`], and every cell of
+/// [`BatchBuilder::push_text`]) that decodes the common shapes straight into Arrow
+/// buffers; what it does not recognise with certainty goes through the per-record rules,
+/// so both give the same rows and the same rejections.
 pub struct BatchBuilder {
     decoder: ContractDecoder,
-    columns: Vec<Vec<Cell>>,
+    columns: Vec<ColumnBuilder>,
     rows: usize,
+    scratch: fast::Scratch,
+    preset: Vec<bool>,
 }
 
 impl BatchBuilder {
@@ -470,18 +485,110 @@ impl BatchBuilder {
         Ok(())
     }
 
+    /// Decodes the JSON text of one record through the fast path. Returns `false` when
+    /// nothing was added because the record needs the per-record rules: parse it with
+    /// `serde_json` and give it to [`BatchBuilder::push_json`], which adds it or says why
+    /// not. Never adds a record that the per-record rules would reject.
+    pub fn push_json_text(&mut self, text: &str) -> bool {
+        self.push_json_text_with(text, &[])
+    }
+
+    /// [`BatchBuilder::push_json_text`] with the values of some columns given
+    /// (`(column index, value)`, as [`ContractDecoder::column_index`] numbers them): they
+    /// take the place of the record's own keys of those names, as if inserted into the
+    /// parsed object before [`BatchBuilder::push_json`].
+    pub fn push_json_text_with(&mut self, text: &str, given: &[(usize, Value)]) -> bool {
+        if !self.decoder.fast_path {
+            return false;
+        }
+        let columns = self.decoder.columns.clone();
+        self.preset.clear();
+        if !given.is_empty() {
+            self.preset.resize(columns.len(), false);
+            for (c, v) in given {
+                let Some(col) = columns.get(*c) else {
+                    return self.undo();
+                };
+                match json_cell(v, &col.field, col.field.name()) {
+                    Ok(cell) if !self.preset[*c] && check_cell(&cell, col).is_ok() => {
+                        self.columns[*c].push_cell(cell);
+                        self.preset[*c] = true;
+                    }
+                    _ => return self.undo(),
+                }
+            }
+        }
+        let ok = fast::json_record(
+            &self.decoder.fast,
+            &columns,
+            &mut self.columns,
+            text.as_bytes(),
+            &self.preset,
+            &mut self.scratch,
+        );
+        if !ok {
+            return self.undo();
+        }
+        self.rows += 1;
+        true
+    }
+
+    /// Cuts every column back to the rows added; `false`.
+    fn undo(&mut self) -> bool {
+        for c in &mut self.columns {
+            c.truncate(self.rows);
+        }
+        false
+    }
+
     /// Decodes one text record whose values are aligned with the schema's fields
     /// (`None`: the column is absent; `Some("")`: an empty cell, i.e. null). On error
     /// nothing is added.
     pub fn push_text(&mut self, values: &[Option<&str>]) -> std::result::Result<(), RecordProblem> {
-        let cells = self.decoder.text_record(values)?;
-        self.add(cells);
+        let columns = self.decoder.columns.clone();
+        for (c, (col, v)) in columns.iter().zip(values).enumerate() {
+            let name = col.field.name();
+            let builder = &mut self.columns[c];
+            let done = match v {
+                Some(s) if !s.is_empty() && self.decoder.fast_path => {
+                    fast::text_cell(&self.decoder.fast, c, col, s, builder)
+                }
+                _ => false,
+            };
+            if done {
+                continue;
+            }
+            let cell = match v {
+                None if !col.field.is_nullable() => {
+                    Err(RecordProblem::missing_required(name, "missing"))
+                }
+                None => Ok(Cell::Null),
+                Some(s) => text_cell(s, &col.field, name),
+            }
+            .and_then(|cell| check_cell(&cell, col).map(|()| cell));
+            match cell {
+                Ok(cell) => builder.push_cell(cell),
+                Err(p) => {
+                    self.undo();
+                    return Err(p);
+                }
+            }
+        }
+        // Fewer values than fields: the rest are absent.
+        for (c, col) in columns.iter().enumerate().skip(values.len()) {
+            if !col.field.is_nullable() {
+                self.undo();
+                return Err(RecordProblem::missing_required(col.field.name(), "missing"));
+            }
+            self.columns[c].push_null();
+        }
+        self.rows += 1;
         Ok(())
     }
 
     fn add(&mut self, cells: Vec<Cell>) {
         for (col, cell) in self.columns.iter_mut().zip(cells) {
-            col.push(cell);
+            col.push_cell(cell);
         }
         self.rows += 1;
     }
@@ -504,9 +611,9 @@ impl BatchBuilder {
         }
         let rows = std::mem::take(&mut self.rows);
         let mut arrays = Vec::with_capacity(self.columns.len());
-        for (col, cells) in self.decoder.columns.iter().zip(self.columns.iter_mut()) {
-            let cells = std::mem::take(cells);
-            arrays.push(build_array(col.field.data_type(), cells).map_err(engine_error)?);
+        for col in self.columns.iter_mut() {
+            debug_assert_eq!(col.len(), rows);
+            arrays.push(col.finish().map_err(engine_error)?);
         }
         let batch = RecordBatch::try_new_with_options(
             self.decoder.schema.clone(),
