@@ -38,7 +38,8 @@ enum Cmd {
     /// Run the backend-equivalence corpus on every backend (PostgreSQL included) and
     /// write the support matrix to docs/equivalence-matrix.md.
     Equivalence,
-    /// Run a benchmark: `clicks` (stream vs batch on 2M click events) or `join` (a
+    /// Run a benchmark: `clicks` (2M click events through `etlantic run`: batch and
+    /// streaming, Parquet and JSON lines, wall and CPU time per configuration) or `join` (a
     /// time-bounded Nexmark join of bids and auctions: events/s and state size over time;
     /// `ETLANTIC_BENCH_EVENTS` sets the number of generator events, default 20M) or
     /// `kafka` (Kafka mock cluster → window → Delta: events/s and checkpoint cost per
@@ -492,9 +493,9 @@ fn main() -> Result<()> {
                     }
                     run(Command::new(cargo())
                         .current_dir(&root)
-                        // The benchmark needs no connector: without them the release build is
-                        // much shorter.
-                        .args(["bench", "-p", "etlantic", "--no-default-features"])
+                        // The default features: the benchmark runs the `etlantic` binary
+                        // users run (and shares its build with `bench kafka`).
+                        .args(["bench", "-p", "etlantic"])
                         .args(["--bench", "clickstream", "--"])
                         .arg("--data")
                         .arg(&data)

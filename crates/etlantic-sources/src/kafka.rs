@@ -383,6 +383,9 @@ pub struct KafkaSource {
     /// The source's checkpoint directory (`initial-offsets.json`).
     state: Option<std::sync::Arc<dyn etlantic_core::storage::Storage>>,
     initial: Option<PartitionOffsets>,
+    /// Whether the contract has a metadata column (`kafka_key`, ...) of the `json`
+    /// format: without one, a record's value is all the decoder reads.
+    json_metadata: bool,
 }
 
 impl std::fmt::Debug for KafkaSource {
@@ -477,6 +480,9 @@ impl KafkaSource {
             },
             None => None,
         };
+        let json_metadata = METADATA_COLUMNS
+            .iter()
+            .any(|c| decoder.column_index(&format!("kafka_{c}")).is_some());
         Ok(KafkaSource {
             asset: ctx.asset,
             options,
@@ -484,6 +490,7 @@ impl KafkaSource {
             consumer,
             state,
             initial,
+            json_metadata,
         })
     }
 
@@ -697,9 +704,12 @@ impl KafkaSource {
         partition: i32,
         r: &Record,
     ) -> bool {
-        let Some(text) = r.value.as_deref().and_then(|v| std::str::from_utf8(v).ok()) else {
+        let Some(bytes) = r.value.as_deref() else {
             return false;
         };
+        if !self.json_metadata {
+            return builder.push_json_bytes(bytes);
+        }
         let Ok(meta) = self.metadata(topic, partition, r, "kafka_") else {
             return false;
         };
@@ -710,7 +720,7 @@ impl KafkaSource {
                 None => return false,
             }
         }
-        builder.push_json_text_with(text, &given)
+        builder.push_json_bytes_with(bytes, &given)
     }
 
     /// Polls the records of `ranges` (per partition `[begin, end)`).
@@ -948,6 +958,17 @@ impl Source for KafkaSource {
         offset.0.clone()
     }
 }
+/// The metadata columns a record can give, as named in the `raw` format (the `json`
+/// format prefixes them with `kafka_`).
+const METADATA_COLUMNS: [&str; 6] = [
+    "key",
+    "topic",
+    "partition",
+    "offset",
+    "timestamp",
+    "headers",
+];
+
 /// An optional byte string as a JSON string (null when absent); `what` names it in the
 /// problem when it is not UTF-8.
 fn utf8_value(b: &Option<Vec<u8>>, what: &str) -> std::result::Result<Value, RecordProblem> {

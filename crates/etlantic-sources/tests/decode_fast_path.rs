@@ -49,10 +49,13 @@ fn schema() -> Arc<Schema> {
         ),
         Field::new("ls", DataType::LargeUtf8, true),
         Field::new("bounded", DataType::Int64, true),
+        Field::new("bounded_day", DataType::Date32, true),
+        Field::new("bounded_ts", ts(TimeUnit::Millisecond, None), true),
     ]))
 }
 
-/// A contract with rules on `code` (length, pattern) and `bounded` (bounds).
+/// A contract with rules on `code` (length, pattern), `bounded` (bounds) and the bounded
+/// date and timestamp.
 fn contract() -> Contract {
     let doc = serde_json::json!({
         "version": "1.0.0", "apiVersion": "v3.1.0", "kind": "DataContract", "id": "t",
@@ -62,6 +65,12 @@ fn contract() -> Contract {
              "logicalTypeOptions": {"maxLength": 4, "pattern": "[A-Z]+"}},
             {"name": "bounded", "logicalType": "integer",
              "logicalTypeOptions": {"minimum": 0, "maximum": 100}},
+            // ODCS writes bounds of dates and timestamps as strings; a number in one
+            // still bounds the column's value (days, or units since the epoch).
+            {"name": "bounded_day", "logicalType": "date",
+             "logicalTypeOptions": {"minimum": "0"}},
+            {"name": "bounded_ts", "logicalType": "timestamp",
+             "logicalTypeOptions": {"minimum": "0"}},
         ]}]
     });
     Contract::parse(&doc.to_string(), "t.json", None).expect("contract")
@@ -73,9 +82,33 @@ fn decoders() -> (ContractDecoder, ContractDecoder) {
     (fast.clone().with_fast_path(false), fast)
 }
 
-const NAMES: [&str; 24] = [
-    "i8", "i32", "i64", "u8", "u64", "f32", "f64", "b", "s", "code", "bin", "ts", "ts_paris",
-    "ts_ns", "ts_s", "d32", "d64", "dec", "t", "st", "l", "ls", "bounded", "unknown",
+const NAMES: [&str; 26] = [
+    "i8",
+    "i32",
+    "i64",
+    "u8",
+    "u64",
+    "f32",
+    "f64",
+    "b",
+    "s",
+    "code",
+    "bin",
+    "ts",
+    "ts_paris",
+    "ts_ns",
+    "ts_s",
+    "d32",
+    "d64",
+    "dec",
+    "t",
+    "st",
+    "l",
+    "ls",
+    "bounded",
+    "bounded_day",
+    "bounded_ts",
+    "unknown",
 ];
 
 /// A JSON value's text, chosen to sit on the edges of the fast path.
@@ -173,6 +206,8 @@ fn json_value() -> impl Strategy<Value = String> {
         "\"12:30:00\"",
         "\"12:30:00.5\"",
         "\"25:00:00\"",
+        "\"1969-12-31\"",
+        "\"1969-12-31T23:59:59.999Z\"",
     ];
     prop_oneof![
         4 => proptest::sample::select(odd.to_vec()).prop_map(str::to_string),
@@ -409,4 +444,66 @@ fn the_fast_path_takes_the_usual_records() {
     }
     assert_eq!(b.len(), 4);
     assert_eq!(b.finish().expect("finish").expect("batch").num_rows(), 4);
+}
+
+/// Bytes that are not UTF-8 — in a value, in a key, in an ignored field — never pass the
+/// fast path (the per-record path rejects the record as not UTF-8); UTF-8 text does.
+#[test]
+fn the_fast_path_checks_utf8_where_it_reads_bytes() {
+    let (_, fast) = decoders();
+    let mut b = fast.builder();
+    let ok = "{\"i64\": 1, \"ts\": 1704164645000, \"s\": \"d\u{e9}j\u{e0} \u{65e5}\", \"x\": \"\u{e9}\"}";
+    assert!(b.push_json_bytes(ok.as_bytes()));
+    for bad in [
+        &b"{\"i64\": 1, \"ts\": 1704164645000, \"s\": \"d\xe9j\"}"[..],
+        b"{\"i64\": 1, \"ts\": 1704164645000, \"x\": \"\xff\"}",
+        b"{\"i64\": 1, \"ts\": 1704164645000, \"\xc3\": 1}",
+        b"{\"i64\": 1, \"ts\": 1704164645000, \"s\": \"a\\n\xe9\"}",
+        b"{\"i64\": 1, \"ts\": 1704164645000}\xe9",
+    ] {
+        assert!(!b.push_json_bytes(bad), "{}", String::from_utf8_lossy(bad));
+    }
+    let batch = b.finish().expect("finish").expect("batch");
+    assert_eq!(batch.num_rows(), 1);
+    let s = batch
+        .column_by_name("s")
+        .unwrap()
+        .as_any()
+        .downcast_ref::<arrow::array::StringArray>()
+        .unwrap()
+        .value(0)
+        .to_string();
+    assert_eq!(s, "d\u{e9}j\u{e0} \u{65e5}");
+}
+
+/// Records on the edges the random ones reach too rarely to be sure of: each is decoded
+/// both ways, with the same outcome and values required.
+#[test]
+fn edge_records_decode_the_same_both_ways() {
+    let base = r#""i64": 1, "ts": "2024-01-02T03:04:05Z""#;
+    let edges: Vec<String> = [
+        r#""bounded_day": "1969-12-31""#,
+        r#""bounded_day": "1970-01-01""#,
+        r#""bounded_ts": -1"#,
+        r#""bounded_ts": "1969-12-31T23:59:59.999Z""#,
+        r#""bounded_ts": "1970-01-01T00:00:00Z""#,
+        r#""bounded": 101"#,
+        r#""bounded": 100"#,
+        r#""code": "ABCDE""#,
+        r#""code": "AB""#,
+        r#""f32": 3.4028236e38"#,
+        r#""u8": -0"#,
+        r#""f64": -0"#,
+        r#""ts_paris": "2024-03-31T02:30:00""#,
+        r#""ts_paris": "2024-03-31T02:30:00Z""#,
+    ]
+    .iter()
+    .map(|field| format!("{{{base}, {field}}}"))
+    .collect();
+    let (slow, fast) = decode_json(&edges);
+    assert_eq!(slow.0, fast.0, "accepted records differ");
+    assert_eq!(slow.1, fast.1, "decoded values differ");
+    // Rejected: the three temporal values below their minimum, 101, ABCDE, a float
+    // beyond Float32 and a Paris time in the DST gap.
+    assert_eq!(slow.0.iter().filter(|ok| !**ok).count(), 7, "{:?}", slow.0);
 }

@@ -85,7 +85,13 @@ fn kind_of(dt: &DataType) -> Kind {
 /// The fast decoder of one schema: its columns' kinds and a lookup from JSON key to
 /// column.
 pub(crate) struct FastSchema {
+    /// `false` when two fields share a name (both read the same key): the per-record
+    /// path decodes such schemas.
+    usable: bool,
     kinds: Vec<Kind>,
+    /// Per column: the contract constrains its values (computed once: checking the
+    /// constraints for emptiness per value is not free).
+    checked: Vec<bool>,
     names: Vec<Box<[u8]>>,
     /// Used instead of a linear search for wide schemas.
     index: Option<HashMap<Box<[u8]>, usize>>,
@@ -105,7 +111,15 @@ impl FastSchema {
                 .map(|(i, n)| (n.clone(), i))
                 .collect()
         });
+        let usable = names
+            .iter()
+            .map(|n| &**n)
+            .collect::<std::collections::HashSet<&[u8]>>()
+            .len()
+            == names.len();
         FastSchema {
+            usable,
+            checked: columns.iter().map(|c| !c.checks.is_empty()).collect(),
             kinds: columns
                 .iter()
                 .map(|c| kind_of(c.field.data_type()))
@@ -133,6 +147,15 @@ impl FastSchema {
 pub(crate) struct Scratch {
     seen: Vec<bool>,
     text: Vec<u8>,
+    dates: DateCache,
+}
+
+/// The last date read and its day number: the timestamps of a stream mostly share their
+/// date, and recomputing it is a good part of a timestamp's cost.
+#[derive(Default)]
+struct DateCache {
+    date: [u8; 10],
+    days: Option<i64>,
 }
 
 /// Decodes one JSON record (the whole of `line`, valid UTF-8) into `builders`, each of
@@ -150,6 +173,9 @@ pub(crate) fn json_record(
     preset: &[bool],
     scratch: &mut Scratch,
 ) -> bool {
+    if !schema.usable {
+        return false;
+    }
     let n = columns.len();
     scratch.seen.clear();
     scratch.seen.resize(n, false);
@@ -193,9 +219,10 @@ pub(crate) fn json_record(
                     if !value(
                         &mut s,
                         schema.kinds[c],
+                        schema.checked[c],
                         &columns[c],
                         &mut builders[c],
-                        &mut scratch.text,
+                        scratch,
                     ) {
                         return false;
                     }
@@ -234,17 +261,18 @@ pub(crate) fn json_record(
 fn value(
     s: &mut Scan<'_>,
     kind: Kind,
+    checked: bool,
     col: &Column,
     b: &mut ColumnBuilder,
-    text: &mut Vec<u8>,
+    scratch: &mut Scratch,
 ) -> bool {
-    let checked = !col.checks.is_empty();
+    let text = &mut scratch.text;
     match s.peek() {
         Some(b'n') => {
             return s.literal(b"null") && col.field.is_nullable() && {
                 b.push_null();
                 true
-            }
+            };
         }
         None => return false,
         _ => {}
@@ -305,8 +333,9 @@ fn value(
         }
         Kind::Timestamp { unit, naive_utc } => {
             let v = if s.peek() == Some(b'"') {
+                let dates = &mut scratch.dates;
                 s.string(text)
-                    .and_then(|t| iso_timestamp(t, unit, naive_utc))
+                    .and_then(|t| iso_timestamp_cached(t, unit, naive_utc, dates))
             } else {
                 s.number()
                     .and_then(|t| t.int())
@@ -315,13 +344,13 @@ fn value(
             let Some(v) = v else {
                 return false;
             };
-            b.push_int(v);
+            return push_temporal(b, checked, col, v);
         }
         Kind::Date { ms } => {
             let Some(days) = s.string(text).and_then(iso_date) else {
                 return false;
             };
-            b.push_int(if ms { days * 86_400_000 } else { days });
+            return push_temporal(b, checked, col, if ms { days * 86_400_000 } else { days });
         }
         Kind::Other => {
             let start = s.i;
@@ -350,7 +379,7 @@ pub(crate) fn text_cell(
     s: &str,
     b: &mut ColumnBuilder,
 ) -> bool {
-    let checked = !col.checks.is_empty();
+    let checked = schema.checked[c];
     let bytes = s.as_bytes();
     // The per-record rules trim whitespace (Unicode's) around all but strings; values
     // with any are left to them.
@@ -419,16 +448,26 @@ pub(crate) fn text_cell(
             let Some(v) = v else {
                 return false;
             };
-            b.push_int(v);
+            return push_temporal(b, checked, col, v);
         }
         Kind::Date { ms } => {
             let Some(days) = iso_date(bytes) else {
                 return false;
             };
-            b.push_int(if ms { days * 86_400_000 } else { days });
+            return push_temporal(b, checked, col, if ms { days * 86_400_000 } else { days });
         }
         Kind::Other => return false,
     }
+    true
+}
+
+/// Pushes a date or timestamp value, unless the contract's numeric bounds reject it (the
+/// per-record rules hold a temporal value to them by its number).
+fn push_temporal(b: &mut ColumnBuilder, checked: bool, col: &Column, v: i64) -> bool {
+    if checked && col.checks.check_number(v as f64, &v).is_some() {
+        return false;
+    }
+    b.push_int(v);
     true
 }
 
@@ -505,10 +544,28 @@ fn iso_date(b: &[u8]) -> Option<i64> {
 /// only when `naive_utc`. Anything else (no seconds, other separators, leap seconds,
 /// more than nine fraction digits) is `None`: the per-record rules decide.
 fn iso_timestamp(b: &[u8], unit: TimeUnit, naive_utc: bool) -> Option<i64> {
+    iso_timestamp_cached(b, unit, naive_utc, &mut DateCache::default())
+}
+
+/// [`iso_timestamp`], taking the day number from `dates` when the date is the last one.
+fn iso_timestamp_cached(
+    b: &[u8],
+    unit: TimeUnit,
+    naive_utc: bool,
+    dates: &mut DateCache,
+) -> Option<i64> {
     if b.len() < 19 || !matches!(b[10], b'T' | b' ') || b[13] != b':' || b[16] != b':' {
         return None;
     }
-    let days = date_prefix(b)?;
+    let days = match dates.days {
+        Some(days) if dates.date == b[..10] => days,
+        _ => {
+            let days = date_prefix(b)?;
+            dates.date.copy_from_slice(&b[..10]);
+            dates.days = Some(days);
+            days
+        }
+    };
     let (h, mi, sec) = (two(b, 11)?, two(b, 14)?, two(b, 17)?);
     if h > 23 || mi > 59 || sec > 59 {
         return None;
@@ -658,9 +715,28 @@ impl<'a> Scan<'a> {
     }
 
     fn ws(&mut self) {
-        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
-            self.i += 1;
+        let skipped = self.b[self.i..]
+            .iter()
+            .take_while(|c| matches!(c, b' ' | b'\t' | b'\n' | b'\r'))
+            .count();
+        self.i += skipped;
+    }
+
+    /// The bytes of a string from the scan position up to its closing quote or its first
+    /// escape (`Some((length, at_quote))`), checked: no control character, and UTF-8 (the
+    /// scanner reads bytes; only inside strings may they be other than ASCII).
+    fn segment(&self) -> Option<(usize, bool)> {
+        let rest = &self.b[self.i..];
+        let k = memchr::memchr2(b'"', b'\\', rest)?;
+        let body = &rest[..k];
+        // No early exit: the compiler checks many bytes at a time.
+        let (ctrl, ascii) = body.iter().fold((false, true), |(ctrl, ascii), &c| {
+            (ctrl | (c < 0x20), ascii & (c < 0x80))
+        });
+        if ctrl || (!ascii && std::str::from_utf8(body).is_err()) {
+            return None;
         }
+        Some((k, rest[k] == b'"'))
     }
 
     fn literal(&mut self, word: &[u8]) -> bool {
@@ -677,15 +753,13 @@ impl<'a> Scan<'a> {
         if self.next()? != b'"' {
             return None;
         }
-        let start = self.i;
-        loop {
-            match self.next()? {
-                b'"' => return Some(&self.b[start..self.i - 1]),
-                b'\\' => return None,
-                c if c < 0x20 => return None,
-                _ => {}
-            }
+        let (len, at_quote) = self.segment()?;
+        if !at_quote {
+            return None;
         }
+        let start = self.i;
+        self.i += len + 1;
+        Some(&self.b[start..start + len])
     }
 
     /// A string value: its bytes, with the escapes `\" \\ \/ \b \f \n \r \t` decoded into
@@ -697,34 +771,32 @@ impl<'a> Scan<'a> {
         if self.next()? != b'"' {
             return None;
         }
+        let (len, at_quote) = self.segment()?;
         let start = self.i;
-        loop {
-            match self.next()? {
-                b'"' => return Some(&self.b[start..self.i - 1]),
-                b'\\' => break,
-                c if c < 0x20 => return None,
-                _ => {}
-            }
+        self.i += len + 1;
+        if at_quote {
+            return Some(&self.b[start..start + len]);
         }
+        // Escapes: the string is decoded into `buf`, segment by segment.
         buf.clear();
-        buf.extend_from_slice(&self.b[start..self.i - 1]);
-        self.i -= 1;
+        buf.extend_from_slice(&self.b[start..start + len]);
         loop {
-            match self.next()? {
-                b'"' => return Some(buf.as_slice()),
-                b'\\' => buf.push(match self.next()? {
-                    b'"' => b'"',
-                    b'\\' => b'\\',
-                    b'/' => b'/',
-                    b'b' => 0x08,
-                    b'f' => 0x0c,
-                    b'n' => b'\n',
-                    b'r' => b'\r',
-                    b't' => b'\t',
-                    _ => return None,
-                }),
-                c if c < 0x20 => return None,
-                c => buf.push(c),
+            buf.push(match self.next()? {
+                b'"' => b'"',
+                b'\\' => b'\\',
+                b'/' => b'/',
+                b'b' => 0x08,
+                b'f' => 0x0c,
+                b'n' => b'\n',
+                b'r' => b'\r',
+                b't' => b'\t',
+                _ => return None,
+            });
+            let (len, at_quote) = self.segment()?;
+            buf.extend_from_slice(&self.b[self.i..self.i + len]);
+            self.i += len + 1;
+            if at_quote {
+                return Some(buf.as_slice());
             }
         }
     }
@@ -767,9 +839,11 @@ impl<'a> Scan<'a> {
     }
 
     fn digits(&mut self) {
-        while self.peek().is_some_and(|c| c.is_ascii_digit()) {
-            self.i += 1;
-        }
+        let n = self.b[self.i..]
+            .iter()
+            .take_while(|c| c.is_ascii_digit())
+            .count();
+        self.i += n;
     }
 
     /// Skips one value, checking it as serde_json would (nested at most 64 deep here;
@@ -780,21 +854,9 @@ impl<'a> Scan<'a> {
         }
         match self.peek()? {
             b'"' => {
-                // `\u` escapes may be lone surrogates, which serde_json refuses.
-                let start = self.i;
-                self.i += 1;
-                loop {
-                    match self.next()? {
-                        b'"' => break,
-                        b'\\' => match self.next()? {
-                            b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => {}
-                            _ => return None,
-                        },
-                        c if c < 0x20 => return None,
-                        _ => {}
-                    }
-                }
-                debug_assert!(self.i > start);
+                // Checked as a value is (`\u` escapes, which may be lone surrogates, are
+                // left to serde_json); decoded only when it has escapes.
+                self.string(&mut Vec::new())?;
             }
             b'{' => {
                 self.i += 1;

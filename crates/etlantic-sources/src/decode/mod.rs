@@ -490,14 +490,21 @@ impl BatchBuilder {
     /// `serde_json` and give it to [`BatchBuilder::push_json`], which adds it or says why
     /// not. Never adds a record that the per-record rules would reject.
     pub fn push_json_text(&mut self, text: &str) -> bool {
-        self.push_json_text_with(text, &[])
+        self.push_json_bytes_with(text.as_bytes(), &[])
     }
 
-    /// [`BatchBuilder::push_json_text`] with the values of some columns given
+    /// [`BatchBuilder::push_json_text`] on bytes not yet known to be UTF-8 (the fast path
+    /// checks the strings it reads; a record that is not UTF-8 is left to the per-record
+    /// path, which rejects it).
+    pub fn push_json_bytes(&mut self, bytes: &[u8]) -> bool {
+        self.push_json_bytes_with(bytes, &[])
+    }
+
+    /// [`BatchBuilder::push_json_bytes`] with the values of some columns given
     /// (`(column index, value)`, as [`ContractDecoder::column_index`] numbers them): they
     /// take the place of the record's own keys of those names, as if inserted into the
     /// parsed object before [`BatchBuilder::push_json`].
-    pub fn push_json_text_with(&mut self, text: &str, given: &[(usize, Value)]) -> bool {
+    pub fn push_json_bytes_with(&mut self, bytes: &[u8], given: &[(usize, Value)]) -> bool {
         if !self.decoder.fast_path {
             return false;
         }
@@ -522,7 +529,7 @@ impl BatchBuilder {
             &self.decoder.fast,
             &columns,
             &mut self.columns,
-            text.as_bytes(),
+            bytes,
             &self.preset,
             &mut self.scratch,
         );

@@ -170,6 +170,15 @@ fn read_jsonl(ctx: &ReadCtx<'_>, path: &Path, rel: &str, out: &mut SourceBatch) 
         if line.iter().all(u8::is_ascii_whitespace) {
             return Ok(());
         }
+        // The fast path takes the usual records (checking UTF-8 itself); the others are
+        // parsed whole, and the per-record rules say why they are rejected (or take them).
+        if builder.push_json_bytes(line) {
+            runs.good(lineno, ctx, rel, out);
+            if builder.len() >= ctx.batch_size {
+                flush(&mut builder, out)?;
+            }
+            return Ok(());
+        }
         let reject = |p: RecordProblem, out: &mut SourceBatch| {
             let mut pos = ctx.position(rel);
             pos.line = Some(lineno);
@@ -186,9 +195,7 @@ fn read_jsonl(ctx: &ReadCtx<'_>, path: &Path, rel: &str, out: &mut SourceBatch) 
                 return Ok(());
             }
         };
-        // The fast path takes the usual records; the others are parsed whole, and the
-        // per-record rules say why they are rejected (or take them).
-        let pushed = builder.push_json_text(text) || {
+        let pushed = {
             let value: Value = match serde_json::from_str(text) {
                 Ok(v) => v,
                 Err(e) => {
