@@ -97,7 +97,7 @@ use arrow::datatypes::{
 use etlantic_core::data::Table;
 use etlantic_core::diagnostics::{codes, Error, Result};
 use etlantic_core::guarantee::{SinkCommitProtocol, SinkGuarantee};
-use etlantic_core::plugin::{option_names, BindingOption};
+use etlantic_core::plugin::{option_names_except, BindingOption};
 use etlantic_core::plugin::{
     Sink, SinkBatch, SinkCapabilities, SinkContext, SinkProvider, SinkRegistration, WriteOutcome,
 };
@@ -451,12 +451,12 @@ pub const OPTIONS: &[BindingOption] = &[
 
 /// The options of a binding of `dialect` (`sslmode` is PostgreSQL's only).
 fn known_options(dialect: Dialect) -> String {
-    let known: Vec<BindingOption> = OPTIONS
-        .iter()
-        .filter(|o| dialect == Dialect::Postgres || o.name != "sslmode")
-        .copied()
-        .collect();
-    option_names(&known)
+    let except: &[&str] = if dialect == Dialect::Postgres {
+        &[]
+    } else {
+        &["sslmode"]
+    };
+    option_names_except(OPTIONS, except)
 }
 
 impl SinkProvider for PostgresSinkProvider {

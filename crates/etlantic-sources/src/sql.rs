@@ -48,7 +48,7 @@ use arrow::datatypes::{DataType, SchemaRef};
 use etlantic_core::data::{Offset, SourcePosition};
 use etlantic_core::diagnostics::{codes, Error, Result};
 use etlantic_core::guarantee::SourceGuarantee;
-use etlantic_core::plugin::{option_names, BindingOption};
+use etlantic_core::plugin::{option_names_except, BindingOption};
 use etlantic_core::plugin::{
     ReadLimit, Source, SourceBatch, SourceCapabilities, SourceContext, SourceProvider,
     SourceRegistration,
@@ -305,12 +305,12 @@ pub const OPTIONS: &[BindingOption] = &[
 
 /// The options of a binding of `dialect` (`sslmode` is PostgreSQL's only).
 fn known_options(dialect: Dialect) -> String {
-    let known: Vec<BindingOption> = OPTIONS
-        .iter()
-        .filter(|o| dialect == Dialect::Postgres || o.name != "sslmode")
-        .copied()
-        .collect();
-    option_names(&known)
+    let except: &[&str] = if dialect == Dialect::Postgres {
+        &[]
+    } else {
+        &["sslmode"]
+    };
+    option_names_except(OPTIONS, except)
 }
 
 impl SourceProvider for PostgresSourceProvider {

@@ -22,7 +22,7 @@ pub use backend::{
     Backend, BackendCapabilities, RegionKind, RegionLocation, StepLogic, StepTask,
     StreamingSupport, TransformImpl,
 };
-pub use options::{option_names, BindingOption};
+pub use options::{option_names, option_names_except, BindingOption};
 pub use processor::{
     ExpiredTimer, GroupKey, ListState, MapState, ProcessorContext, ProcessorInit,
     ProcessorProvider, ProcessorSpec, StatefulProcessor, TimerValues, ValueState,

@@ -23,6 +23,17 @@ pub fn option_names(options: &[BindingOption]) -> String {
         .join(", ")
 }
 
+/// [`option_names`] without the options named in `except` (those a binding of this kind
+/// does not take, e.g. PostgreSQL's `sslmode` for SQLite).
+pub fn option_names_except(options: &[BindingOption], except: &[&str]) -> String {
+    let kept: Vec<BindingOption> = options
+        .iter()
+        .filter(|o| !except.contains(&o.name))
+        .copied()
+        .collect();
+    option_names(&kept)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -42,6 +53,7 @@ mod tests {
             },
         ];
         assert_eq!(option_names(O), "a, b");
+        assert_eq!(option_names_except(O, &["a"]), "b");
         assert_eq!(option_names(&[]), "");
     }
 }

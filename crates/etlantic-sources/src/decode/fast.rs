@@ -279,36 +279,16 @@ fn value(
     }
     match kind {
         Kind::Int { lo, hi } => {
-            let Some(v) = s.number().and_then(|t| t.int()) else {
-                return false;
-            };
-            if v < lo || v > hi || (checked && col.checks.check_number(v as f64, &v).is_some()) {
-                return false;
-            }
-            b.push_int(v);
+            let v = s.number().and_then(|t| t.int());
+            return push_int(b, checked, col, lo, hi, v);
         }
         Kind::UInt { hi } => {
-            let Some(v) = s.number().and_then(|t| t.int()) else {
-                return false;
-            };
-            let Ok(v) = u64::try_from(v) else {
-                return false;
-            };
-            if v > hi || (checked && col.checks.check_number(v as f64, &v).is_some()) {
-                return false;
-            }
-            b.push_uint(v);
+            let v = s.number().and_then(|t| t.int());
+            return push_uint(b, checked, col, hi, v);
         }
         Kind::Float { f32 } => {
-            let Some(v) = s.number().and_then(|t| t.float()) else {
-                return false;
-            };
-            if (f32 && v.is_finite() && v.abs() > f32::MAX as f64)
-                || (checked && col.checks.check_number(v, &v).is_some())
-            {
-                return false;
-            }
-            b.push_float(v);
+            let v = s.number().and_then(|t| t.float());
+            return push_float(b, checked, col, f32, v);
         }
         Kind::Bool => {
             let v = match s.peek() {
@@ -323,7 +303,7 @@ fn value(
                 return false;
             };
             if utf8 && checked {
-                // The scanned line is UTF-8 and escapes decode to UTF-8.
+                // The scanner checked the string's UTF-8; escapes decode to ASCII.
                 match std::str::from_utf8(v) {
                     Ok(t) if col.checks.check_str(t).is_none() => {}
                     _ => return false,
@@ -388,38 +368,12 @@ pub(crate) fn text_cell(
             && bytes.last().is_some_and(|b| b.is_ascii_graphic())
     };
     match schema.kinds[c] {
-        Kind::Int { lo, hi } => {
-            let Some(v) = plain_int(bytes) else {
-                return false;
-            };
-            if v < lo || v > hi || (checked && col.checks.check_number(v as f64, &v).is_some()) {
-                return false;
-            }
-            b.push_int(v);
-        }
-        Kind::UInt { hi } => {
-            let Some(v) = plain_int(bytes).and_then(|v| u64::try_from(v).ok()) else {
-                return false;
-            };
-            if v > hi || (checked && col.checks.check_number(v as f64, &v).is_some()) {
-                return false;
-            }
-            b.push_uint(v);
-        }
+        Kind::Int { lo, hi } => return push_int(b, checked, col, lo, hi, plain_int(bytes)),
+        Kind::UInt { hi } => return push_uint(b, checked, col, hi, plain_int(bytes)),
         Kind::Float { f32 } => {
-            if !plain(bytes) {
-                return false;
-            }
             // The same parser as the per-record rules.
-            let Ok(v) = s.parse::<f64>() else {
-                return false;
-            };
-            if (f32 && v.is_finite() && v.abs() > f32::MAX as f64)
-                || (checked && col.checks.check_number(v, &v).is_some())
-            {
-                return false;
-            }
-            b.push_float(v);
+            let v = plain(bytes).then(|| s.parse::<f64>().ok()).flatten();
+            return push_float(b, checked, col, f32, v);
         }
         Kind::Bool => {
             let v = if s.eq_ignore_ascii_case("true") {
@@ -458,6 +412,58 @@ pub(crate) fn text_cell(
         }
         Kind::Other => return false,
     }
+    true
+}
+
+/// Pushes a signed integer within `lo..=hi` that the contract's bounds allow.
+fn push_int(
+    b: &mut ColumnBuilder,
+    checked: bool,
+    col: &Column,
+    lo: i64,
+    hi: i64,
+    v: Option<i64>,
+) -> bool {
+    match v {
+        Some(v)
+            if v >= lo
+                && v <= hi
+                && !(checked && col.checks.check_number(v as f64, &v).is_some()) =>
+        {
+            b.push_int(v);
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Pushes a non-negative integer up to `hi` that the contract's bounds allow.
+fn push_uint(b: &mut ColumnBuilder, checked: bool, col: &Column, hi: u64, v: Option<i64>) -> bool {
+    match v.and_then(|v| u64::try_from(v).ok()) {
+        Some(v) if v <= hi && !(checked && col.checks.check_number(v as f64, &v).is_some()) => {
+            b.push_uint(v);
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Pushes a float that fits the column (`f32`: `Float32`) and the contract's bounds.
+fn push_float(
+    b: &mut ColumnBuilder,
+    checked: bool,
+    col: &Column,
+    f32: bool,
+    v: Option<f64>,
+) -> bool {
+    let Some(v) = v else {
+        return false;
+    };
+    let beyond_f32 = f32 && v.is_finite() && v.abs() > f32::MAX as f64;
+    if beyond_f32 || (checked && col.checks.check_number(v, &v).is_some()) {
+        return false;
+    }
+    b.push_float(v);
     true
 }
 
