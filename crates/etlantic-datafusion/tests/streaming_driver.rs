@@ -292,6 +292,7 @@ async fn progress_records_are_shaped_like_spark() {
     assert!(r["processedRowsPerSecond"].as_f64().unwrap() > 0.0);
     for phase in [
         "triggerExecution",
+        "latestOffset",
         "walCommit",
         "getBatch",
         "addBatch",

@@ -22,7 +22,7 @@ use etlantic_core::data::RejectedRecord;
 use etlantic_core::diagnostics::{codes, Error, Result};
 use etlantic_core::storage::{self, AppendFile, Storage};
 use etlantic_core::uri::BindingUri;
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -87,20 +87,38 @@ impl QuarantineWriter {
         &self.path
     }
 
-    /// One record as its JSON line's value.
-    pub fn to_json(record: &RejectedRecord, run_id: &str, batch_id: Option<u64>) -> Value {
-        let mut m = Map::new();
-        m.insert("code".into(), json!(record.code));
-        m.insert("reason".into(), json!(record.reason));
-        m.insert("field".into(), json!(record.field));
-        m.insert(
-            "position".into(),
-            serde_json::to_value(&record.position).expect("positions serialise"),
-        );
-        m.insert("raw".into(), json!(record.raw));
-        m.insert("run_id".into(), json!(run_id));
-        m.insert("batch_id".into(), json!(batch_id));
-        Value::Object(m)
+    /// One record's JSON line (without its newline): `code`, `reason`, `field`,
+    /// `position`, `raw`, `run_id` and `batch_id` in that order, then `query_id` when
+    /// one is given. Serialised straight from the record, with no JSON value between.
+    pub fn line(
+        record: &RejectedRecord,
+        run_id: &str,
+        batch_id: Option<u64>,
+        query_id: Option<&str>,
+    ) -> String {
+        #[derive(serde::Serialize)]
+        struct Line<'a> {
+            code: &'a str,
+            reason: &'a str,
+            field: Option<&'a str>,
+            position: &'a etlantic_core::data::SourcePosition,
+            raw: &'a str,
+            run_id: &'a str,
+            batch_id: Option<u64>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            query_id: Option<&'a str>,
+        }
+        serde_json::to_string(&Line {
+            code: &record.code,
+            reason: &record.reason,
+            field: record.field.as_deref(),
+            position: &record.position,
+            raw: &record.raw,
+            run_id,
+            batch_id,
+            query_id,
+        })
+        .expect("a quarantine line serialises")
     }
 
     /// Appends `records` and makes them durable; returns how many were written.
@@ -110,23 +128,22 @@ impl QuarantineWriter {
         batch_id: Option<u64>,
         records: &[RejectedRecord],
     ) -> Result<usize> {
-        let lines: Vec<Value> = records
+        let lines: Vec<String> = records
             .iter()
-            .map(|r| Self::to_json(r, run_id, batch_id))
+            .map(|r| Self::line(r, run_id, batch_id, None))
             .collect();
-        self.write_lines(&lines)
+        self.write_text_lines(&lines)
     }
 
-    /// Appends lines built with [`QuarantineWriter::to_json`] (possibly with extra members,
-    /// e.g. the streaming runtime's `query_id`) and makes them durable; returns how many
-    /// were written.
-    pub fn write_lines(&mut self, lines: &[Value]) -> Result<usize> {
+    /// Appends lines made by [`QuarantineWriter::line`] (one JSON object each, without
+    /// newline) and makes them durable; returns how many were written.
+    pub fn write_text_lines(&mut self, lines: &[String]) -> Result<usize> {
         if lines.is_empty() {
             return Ok(0);
         }
-        let mut buf = String::new();
+        let mut buf = String::with_capacity(lines.iter().map(|l| l.len() + 1).sum());
         for l in lines {
-            buf.push_str(&l.to_string());
+            buf.push_str(l);
             buf.push('\n');
         }
         self.file.write(buf.as_bytes())?;

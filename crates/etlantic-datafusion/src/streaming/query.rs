@@ -226,6 +226,9 @@ pub struct StreamingQuery {
     /// A batch whose offsets are logged but not committed (re-run first).
     replay: Option<OffsetEntry>,
     needs_no_data: bool,
+    /// How long asking the sources for their latest offsets took before the micro-batch
+    /// about to run (Spark's `durationMs.latestOffset`).
+    latest_offset_took: std::time::Duration,
     quarantine: Option<PathBuf>,
     fail: Option<(FailPoint, u64)>,
     last_progress: Option<Value>,
@@ -745,6 +748,7 @@ impl StreamingQuery {
             next_batch: 0,
             replay: None,
             needs_no_data: false,
+            latest_offset_took: std::time::Duration::ZERO,
             quarantine,
             fail: fail_point(),
             last_progress: None,
@@ -1073,6 +1077,7 @@ impl StreamingQuery {
                 },
             );
         }
+        self.latest_offset_took = started.elapsed();
         if !any {
             // A watermark advance owes a no-data batch that emits and evicts what it
             // finalised; so do timers that are due without new input — a processing-time
@@ -1090,7 +1095,6 @@ impl StreamingQuery {
             }
             return Ok(false);
         }
-        let _latest_ms = started.elapsed();
         self.needs_no_data = false;
         let entry = OffsetEntry {
             batch_watermark_ms: self.watermark.current_ms(),
@@ -1640,7 +1644,10 @@ impl StreamingQuery {
             !no_data && moved && self.plan.profile.no_data_batches && self.has_watermarked_state();
 
         // Progress.
-        progress.duration("triggerExecution", t_start.elapsed());
+        // Like Spark's, the trigger's time includes asking the sources for new data.
+        let latest_offset = std::mem::take(&mut self.latest_offset_took);
+        progress.duration("latestOffset", latest_offset);
+        progress.duration("triggerExecution", t_start.elapsed() + latest_offset);
         let sources_progress: Vec<SourceProgress> = self
             .sources
             .iter()
@@ -1699,6 +1706,18 @@ impl StreamingQuery {
         .to_string()
     }
 
+    /// [`Self::quarantine_key`] of the line `record` is written as.
+    fn record_key(record: &RejectedRecord) -> String {
+        json!([
+            record.code,
+            record.reason,
+            record.field,
+            record.position,
+            record.raw
+        ])
+        .to_string()
+    }
+
     /// What this query already quarantined for `batch_id` (key → count).
     fn quarantined_by_batch(&self, batch_id: u64) -> Result<HashMap<String, usize>> {
         let mut out = HashMap::new();
@@ -1749,21 +1768,25 @@ impl StreamingQuery {
         let Some(path) = &self.quarantine else {
             return Ok(());
         };
+        use etlantic_sinks::quarantine::QuarantineWriter;
         let mut lines = Vec::with_capacity(records.len());
         for r in records {
-            let mut line = etlantic_sinks::quarantine::QuarantineWriter::to_json(
+            // Only a replayed batch has lines of a crashed attempt to skip.
+            if !already.is_empty() {
+                if let Some(n) = already.get_mut(&Self::record_key(r)).filter(|n| **n > 0) {
+                    *n -= 1;
+                    continue;
+                }
+            }
+            lines.push(QuarantineWriter::line(
                 r,
                 &self.run_id,
                 Some(batch_id),
-            );
-            line["query_id"] = json!(self.query_id);
-            match already.get_mut(&Self::quarantine_key(&line)) {
-                Some(n) if *n > 0 => *n -= 1,
-                _ => lines.push(line),
-            }
+                Some(&self.query_id),
+            ));
         }
-        let mut w = etlantic_sinks::quarantine::QuarantineWriter::open(path)?;
-        w.write_lines(&lines).map(|_| ())
+        let mut w = QuarantineWriter::open(path)?;
+        w.write_text_lines(&lines).map(|_| ())
     }
 }
 
