@@ -59,6 +59,18 @@
 //! checkpoint directory (`initial-offsets.json`, like Spark's `sources/<n>/0`), so that a
 //! replay of the first batch after a crash reads the same range.
 //!
+//! The consumer keeps its assignment from one read to the next, with a queue of its own
+//! per partition: while the runtime processes a micro-batch, librdkafka fetches the
+//! partitions' next records (up to `queued.max.messages.kbytes` per partition: 2 MB
+//! unless the binding sets `kafka.queued.max.messages.kbytes`; `fetch.queue.backoff.ms`
+//! and `fetch.wait.max.ms` are lowered to 20 and 100 ms so that a full queue or a
+//! partition at its end does not hold up the others), and a read that starts
+//! where the previous one ended finds them waiting. A read that starts anywhere else (a
+//! replay, a range after a gap) assigns the partitions anew. A read takes the partitions
+//! one after the other, each in offset order, decoding every record as it is polled. The
+//! watermarks of all partitions are asked in one request per partition leader, by a
+//! second client whose connections no fetch holds up.
+//!
 //! The source is declared [`SourceGuarantee::Replayable`]: Kafka keeps records by offset,
 //! and re-reading `(start, end]` returns the same records (in `(topic, partition, offset)`
 //! order), as long as the broker's retention has not deleted them.
@@ -94,12 +106,14 @@ use etlantic_core::plugin::{
 };
 use etlantic_core::uri::BindingUri;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::base_consumer::PartitionQueue;
+use rdkafka::consumer::{BaseConsumer, Consumer, DefaultConsumerContext};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::topic_partition_list::{Offset as KOffset, TopicPartitionList};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Per topic, per partition, the offset of the next record to read.
@@ -107,6 +121,10 @@ pub type PartitionOffsets = BTreeMap<String, BTreeMap<i32, i64>>;
 
 const META_TIMEOUT: Duration = Duration::from_secs(10);
 const INITIAL_FILE: &str = "initial-offsets.json";
+/// How many kilobytes librdkafka fetches ahead per partition unless the binding sets
+/// `kafka.queued.max.messages.kbytes` (librdkafka's own default, 64 MB, applies per
+/// partition once each partition has its own queue, as here).
+const READ_AHEAD_KBYTES: &str = "2048";
 
 /// The provider of `kafka://` sources.
 #[derive(Clone, Copy, Debug, Default)]
@@ -366,6 +384,7 @@ pub(crate) fn kafka_error(what: &str, e: impl std::fmt::Display) -> Error {
 }
 
 /// A record read, owned.
+/// A record read, owned; made only for records the fast path does not take.
 struct Record {
     key: Option<Vec<u8>>,
     value: Option<Vec<u8>>,
@@ -374,12 +393,146 @@ struct Record {
     headers: Vec<(String, Option<Vec<u8>>)>,
 }
 
+impl Record {
+    fn of(m: &BorrowedMessage<'_>) -> Record {
+        Record {
+            key: m.key().map(<[u8]>::to_vec),
+            value: m.payload().map(<[u8]>::to_vec),
+            offset: m.offset(),
+            timestamp: m.timestamp().to_millis(),
+            headers: m
+                .headers()
+                .map(|h| {
+                    h.iter()
+                        .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
+                        .collect()
+                })
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// The consumer's assignment, kept from one read to the next. A micro-batch usually
+/// starts where the previous one ended; meanwhile librdkafka goes on fetching each
+/// partition's next records (up to `queued.max.messages.kbytes` per partition), so the
+/// next read finds them waiting instead of starting new fetches.
+struct Assignment {
+    parts: BTreeMap<(String, i32), AssignedPartition>,
+}
+
+struct AssignedPartition {
+    /// The partition's own queue, split off the consumer's, so that a read takes each
+    /// partition's records in offset order and leaves later ones in librdkafka.
+    queue: PartitionQueue<DefaultConsumerContext>,
+    /// Every record below this offset has been polled.
+    next: i64,
+    /// Records polled but not yet read, in offset order, before anything on `queue`: one
+    /// past the end of a range (offsets have gaps), or records fetched before the queue
+    /// was split off the consumer's.
+    held: std::collections::VecDeque<Record>,
+}
+
+/// Decodes the records of one partition's range as they are polled, gathering the good
+/// rows' offsets into origin runs.
+struct PartitionDecode<'a> {
+    source: &'a KafkaSource,
+    topic: &'a str,
+    partition: i32,
+    /// The first offset and length of the current run of consecutive good records.
+    run: Option<(i64, u64)>,
+}
+
+/// Rows per Arrow batch a read makes.
+const BATCH_ROWS: usize = 8192;
+
+impl PartitionDecode<'_> {
+    /// A record straight from librdkafka's buffer: the fast path reads the value in place.
+    fn borrowed(
+        &mut self,
+        builder: &mut BatchBuilder,
+        out: &mut SourceBatch,
+        m: &BorrowedMessage<'_>,
+    ) -> Result<()> {
+        let fast = self.source.options.format == ValueFormat::Json
+            && !self.source.json_metadata
+            && m.payload().is_some_and(|v| builder.push_json_bytes(v));
+        if fast {
+            self.good(m.offset(), out);
+            return self.flush_full(builder, out);
+        }
+        self.owned(builder, out, &Record::of(m))
+    }
+
+    fn owned(
+        &mut self,
+        builder: &mut BatchBuilder,
+        out: &mut SourceBatch,
+        r: &Record,
+    ) -> Result<()> {
+        let s = self.source;
+        let fast = s.options.format == ValueFormat::Json
+            && s.push_fast(builder, self.topic, self.partition, r);
+        let problem = if fast {
+            None
+        } else {
+            match s.record_json(self.topic, self.partition, r) {
+                Ok(v) => builder.push_json(&v).err(),
+                Err(p) => Some(p),
+            }
+        };
+        match problem {
+            None => self.good(r.offset, out),
+            Some(problem) => {
+                let raw = r
+                    .value
+                    .as_deref()
+                    .map(|v| String::from_utf8_lossy(v).into_owned())
+                    .unwrap_or_default();
+                out.rejected.push(
+                    problem.into_rejected(s.position(self.topic, self.partition, r.offset), raw),
+                );
+            }
+        }
+        self.flush_full(builder, out)
+    }
+
+    fn good(&mut self, offset: i64, out: &mut SourceBatch) {
+        match &mut self.run {
+            Some((first, n)) if *first + *n as i64 == offset => *n += 1,
+            _ => {
+                self.close(out);
+                self.run = Some((offset, 1));
+            }
+        }
+    }
+
+    fn flush_full(&self, builder: &mut BatchBuilder, out: &mut SourceBatch) -> Result<()> {
+        if builder.len() >= BATCH_ROWS {
+            out.batches.extend(builder.finish()?);
+        }
+        Ok(())
+    }
+
+    fn close(&mut self, out: &mut SourceBatch) {
+        if let Some((first, n)) = self.run.take() {
+            out.origins
+                .push_run(self.source.position(self.topic, self.partition, first), n);
+        }
+    }
+}
+
 /// A `kafka://` source.
 pub struct KafkaSource {
     asset: String,
     options: KafkaSourceOptions,
     decoder: ContractDecoder,
-    consumer: BaseConsumer,
+    consumer: Arc<BaseConsumer>,
+    /// A second client for metadata and watermarks: on the consumer's own connections
+    /// they would wait behind its fetches, which the broker holds up to
+    /// `fetch.wait.max.ms` at the end of a partition.
+    meta: BaseConsumer,
+    /// The partitions assigned to the consumer by the last read that succeeded.
+    assignment: Option<Assignment>,
     /// The source's checkpoint directory (`initial-offsets.json`).
     state: Option<std::sync::Arc<dyn etlantic_core::storage::Storage>>,
     initial: Option<PartitionOffsets>,
@@ -458,11 +611,24 @@ impl KafkaSource {
             .set("isolation.level", "read_committed")
             // An assigned offset that no longer exists is an error, never a silent jump
             // to the end of the partition (see Data loss).
-            .set("auto.offset.reset", "error");
+            .set("auto.offset.reset", "error")
+            .set("queued.max.messages.kbytes", READ_AHEAD_KBYTES)
+            // A partition whose queue is full is left out of fetches for this long, and
+            // a fetch of partitions at their end is held by the broker up to
+            // `fetch.wait.max.ms` while a partition that is read waits behind it
+            // (librdkafka has one fetch in flight per broker): librdkafka's defaults
+            // (1 s, 500 ms) would stall a read of a backlog for that long.
+            .set("fetch.queue.backoff.ms", "20")
+            .set("fetch.wait.max.ms", "100");
         for (k, v) in &options.client {
             config.set(k, v);
         }
-        let consumer: BaseConsumer = config
+        let consumer: Arc<BaseConsumer> = Arc::new(
+            config
+                .create()
+                .map_err(|e| kafka_error("create a consumer", e))?,
+        );
+        let meta: BaseConsumer = config
             .create()
             .map_err(|e| kafka_error("create a consumer", e))?;
         let state = ctx.state_dir.as_deref().map(etlantic_core::storage::open);
@@ -488,6 +654,8 @@ impl KafkaSource {
             options,
             decoder,
             consumer,
+            meta,
+            assignment: None,
             state,
             initial,
             json_metadata,
@@ -499,7 +667,7 @@ impl KafkaSource {
         let mut out = Vec::new();
         for topic in &self.options.topics {
             let md = self
-                .consumer
+                .meta
                 .fetch_metadata(Some(topic), META_TIMEOUT)
                 .map_err(|e| kafka_error(&format!("fetch the metadata of `{topic}`"), e))?;
             for t in md.topics() {
@@ -525,9 +693,62 @@ impl KafkaSource {
     }
 
     fn watermarks(&self, topic: &str, partition: i32) -> Result<(i64, i64)> {
-        self.consumer
+        self.meta
             .fetch_watermarks(topic, partition, META_TIMEOUT)
             .map_err(|e| kafka_error(&format!("fetch the watermarks of {topic}/{partition}"), e))
+    }
+
+    /// The low (`KOffset::Beginning`) or high (`KOffset::End`) watermarks of `parts`, in
+    /// one request per partition leader rather than one round trip per partition (the
+    /// same `ListOffsets` request, with the consumer's isolation level).
+    fn edge_offsets(
+        &self,
+        parts: &[(String, i32)],
+        edge: KOffset,
+    ) -> Result<BTreeMap<(String, i32), i64>> {
+        let mut out = BTreeMap::new();
+        if parts.is_empty() {
+            return Ok(out);
+        }
+        let mut tpl = TopicPartitionList::new();
+        for (t, p) in parts {
+            tpl.add_partition_offset(t, *p, edge)
+                .map_err(|e| kafka_error("build the offsets request", e))?;
+        }
+        let which = if edge == KOffset::End { "high" } else { "low" };
+        let answered = self
+            .meta
+            .offsets_for_times(tpl, META_TIMEOUT)
+            .map_err(|e| kafka_error(&format!("fetch the {which} watermarks"), e))?;
+        for e in answered.elements() {
+            let (t, p) = (e.topic(), e.partition());
+            match (e.error(), e.offset()) {
+                (Ok(()), KOffset::Offset(o)) => {
+                    out.insert((t.to_string(), p), o);
+                }
+                (Err(err), _) => {
+                    return Err(kafka_error(
+                        &format!("fetch the {which} watermark of {t}/{p}"),
+                        err,
+                    ))
+                }
+                (Ok(()), other) => {
+                    return Err(kafka_error(
+                        &format!("fetch the {which} watermark of {t}/{p}"),
+                        format!("the broker answered {other:?}"),
+                    ))
+                }
+            }
+        }
+        for (t, p) in parts {
+            if !out.contains_key(&(t.clone(), *p)) {
+                return Err(kafka_error(
+                    &format!("fetch the {which} watermark of {t}/{p}"),
+                    "the broker did not answer for it",
+                ));
+            }
+        }
+        Ok(out)
     }
 
     /// The starting positions of a new query, resolved once and persisted.
@@ -723,103 +944,191 @@ impl KafkaSource {
         builder.push_json_bytes_with(bytes, &given)
     }
 
-    /// Polls the records of `ranges` (per partition `[begin, end)`).
-    fn fetch(
-        &self,
-        ranges: &BTreeMap<(String, i32), (i64, i64)>,
-    ) -> Result<BTreeMap<(String, i32), Vec<Record>>> {
-        let mut out: BTreeMap<(String, i32), Vec<Record>> = BTreeMap::new();
-        let mut pending: BTreeMap<(String, i32), (i64, i64)> = ranges
-            .iter()
-            .filter(|(_, (b, e))| e > b)
-            .map(|(k, v)| (k.clone(), *v))
-            .collect();
-        if pending.is_empty() {
-            return Ok(out);
-        }
+    /// Assigns the partitions of `ranges` at their beginnings, each with its own queue.
+    fn assign(&self, ranges: &BTreeMap<(String, i32), (i64, i64)>) -> Result<Assignment> {
         let mut tpl = TopicPartitionList::new();
-        for ((t, p), (b, _)) in &pending {
+        for ((t, p), (b, _)) in ranges {
             tpl.add_partition_offset(t, *p, KOffset::Offset(*b))
                 .map_err(|e| kafka_error("build the assignment", e))?;
         }
         self.consumer
             .assign(&tpl)
             .map_err(|e| kafka_error("assign partitions", e))?;
-        let deadline = Instant::now() + self.options.read_timeout;
-        while !pending.is_empty() {
-            match self.consumer.poll(Duration::from_millis(100)) {
-                Some(Ok(m)) => {
-                    let key = (m.topic().to_string(), m.partition());
-                    if let Some(&(b, e)) = pending.get(&key) {
-                        let off = m.offset();
-                        if off >= b && off < e {
-                            out.entry(key.clone()).or_default().push(Record {
-                                key: m.key().map(<[u8]>::to_vec),
-                                value: m.payload().map(<[u8]>::to_vec),
-                                offset: off,
-                                timestamp: m.timestamp().to_millis(),
-                                headers: m
-                                    .headers()
-                                    .map(|h| {
-                                        h.iter()
-                                            .map(|h| {
-                                                (h.key.to_string(), h.value.map(<[u8]>::to_vec))
-                                            })
-                                            .collect()
-                                    })
-                                    .unwrap_or_default(),
-                            });
-                        }
-                        if off + 1 >= e {
-                            pending.remove(&key);
-                        }
-                    }
-                }
-                Some(Err(KafkaError::PartitionEOF(_))) | None => {
-                    // Offsets may have gaps (transaction markers, compaction): a partition
-                    // whose consumer position passed the end is done.
-                    if let Ok(pos) = self.consumer.position() {
-                        for e in pos.elements() {
-                            if let KOffset::Offset(o) = e.offset() {
-                                let key = (e.topic().to_string(), e.partition());
-                                if pending.get(&key).is_some_and(|(_, end)| o >= *end) {
-                                    pending.remove(&key);
-                                }
-                            }
-                        }
-                    }
-                }
-                Some(Err(KafkaError::MessageConsumption(
-                    rdkafka::types::RDKafkaErrorCode::AutoOffsetReset,
-                ))) => {
-                    // Deleted between the low-watermark check and the fetch: the next read
-                    // of the range finds the gap and reports it (see Data loss).
-                    let (k, (b, e)) = pending
-                        .iter()
-                        .next()
-                        .map(|(k, v)| (k.clone(), *v))
-                        .unwrap_or_default();
-                    return Err(data_lost(&self.asset, &k.0, k.1, b, e));
-                }
-                Some(Err(e)) => return Err(kafka_error("read records", e)),
-            }
-            if !pending.is_empty() && Instant::now() > deadline {
-                let (k, (b, e)) = pending
-                    .iter()
-                    .next()
-                    .map(|(k, v)| (k.clone(), *v))
-                    .unwrap_or_default();
-                return Err(Error::new(
-                    &codes::IO_ERROR,
-                    format!(
-                        "kafka: reading offsets {b}..{e} of {}/{} did not complete within {:?} (records deleted by retention, or the broker is unreachable)",
-                        k.0, k.1, self.options.read_timeout
-                    ),
-                ));
+        let mut parts = BTreeMap::new();
+        for ((t, p), (b, _)) in ranges {
+            let queue = self.consumer.split_partition_queue(t, *p).ok_or_else(|| {
+                kafka_error(
+                    &format!("give {t}/{p} its own queue"),
+                    "librdkafka does not know the partition",
+                )
+            })?;
+            let part = AssignedPartition {
+                queue,
+                next: *b,
+                held: std::collections::VecDeque::new(),
+            };
+            parts.insert((t.clone(), *p), part);
+        }
+        // Records fetched before a partition's queue was split off went to the consumer's
+        // queue: they come before anything on the partition's own queue.
+        while let Some(polled) = self.consumer.poll(Duration::ZERO) {
+            let m = polled.map_err(|e| kafka_error("read records", e))?;
+            if let Some(part) = parts.get_mut(&(m.topic().to_string(), m.partition())) {
+                part.held.push_back(Record::of(&m));
             }
         }
-        let _ = self.consumer.unassign();
-        Ok(out)
+        Ok(Assignment { parts })
+    }
+
+    /// Reads `ranges` (per partition `[begin, end)`; every partition of the read, empty
+    /// ranges included, so that the assignment can serve the next read too) and decodes
+    /// the records as they are polled, partition by partition in offset order.
+    fn read_ranges(&mut self, ranges: &BTreeMap<(String, i32), (i64, i64)>) -> Result<SourceBatch> {
+        let kept = self.assignment.take().filter(|a| {
+            a.parts.len() == ranges.len()
+                && ranges
+                    .iter()
+                    .all(|(k, (b, _))| a.parts.get(k).is_some_and(|part| part.next == *b))
+        });
+        let reused = kept.is_some();
+        let mut assignment = match kept {
+            Some(a) => a,
+            None => self.assign(ranges)?,
+        };
+        let mut decoded = SourceBatch::default();
+        match self.poll_ranges(ranges, &mut assignment, &mut decoded) {
+            Ok(()) => {
+                self.assignment = Some(assignment);
+                Ok(decoded)
+            }
+            // A kept assignment can hold an error a partition met while reading ahead
+            // (say, offsets deleted since): the read is made again from a new assignment,
+            // which reports what is still wrong.
+            Err(_) if reused => {
+                drop(assignment);
+                self.read_ranges(ranges)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn poll_ranges(
+        &self,
+        ranges: &BTreeMap<(String, i32), (i64, i64)>,
+        assignment: &mut Assignment,
+        out: &mut SourceBatch,
+    ) -> Result<()> {
+        let deadline = Instant::now() + self.options.read_timeout;
+        let mut builder: BatchBuilder = self.decoder.builder();
+        for ((topic, partition), &(b, e)) in ranges {
+            if e <= b {
+                continue;
+            }
+            let part = assignment
+                .parts
+                .get_mut(&(topic.clone(), *partition))
+                .expect("every partition of the read is assigned");
+            let mut decode = PartitionDecode {
+                source: self,
+                topic,
+                partition: *partition,
+                run: None,
+            };
+            // Good records with consecutive offsets make one origin run.
+            let done = loop {
+                let Some(r) = part.held.front() else {
+                    break false;
+                };
+                if r.offset >= e {
+                    break true;
+                }
+                let r = part.held.pop_front().expect("a front");
+                if r.offset >= b {
+                    decode.owned(&mut builder, out, &r)?;
+                }
+                if r.offset + 1 >= e {
+                    break true;
+                }
+            };
+            // Then the partition's own queue, up to the end of the range.
+            if !done {
+                loop {
+                    match part.queue.poll(Duration::from_millis(100)) {
+                        Some(Ok(m)) => {
+                            let off = m.offset();
+                            if off >= e {
+                                part.held.push_back(Record::of(&m));
+                                break;
+                            }
+                            if off >= b {
+                                decode.borrowed(&mut builder, out, &m)?;
+                            }
+                            if off + 1 >= e {
+                                break;
+                            }
+                        }
+                        Some(Err(KafkaError::MessageConsumption(
+                            rdkafka::types::RDKafkaErrorCode::AutoOffsetReset,
+                        ))) => {
+                            // Deleted between the low-watermark check and the fetch: the next
+                            // read of the range finds the gap and reports it (see Data loss).
+                            return Err(data_lost(&self.asset, topic, *partition, b, e));
+                        }
+                        Some(Err(KafkaError::PartitionEOF(_))) | None => {
+                            match self.consumer.poll(Duration::ZERO) {
+                                Some(Err(err)) => return Err(kafka_error("read records", err)),
+                                Some(Ok(m)) => {
+                                    return Err(kafka_error(
+                                        "read records",
+                                        format!(
+                                            "a record of {}/{} arrived on the consumer's queue after its partition had its own",
+                                            m.topic(),
+                                            m.partition()
+                                        ),
+                                    ))
+                                }
+                                None => {}
+                            }
+                            // Offsets may have gaps (transaction markers, compaction): a
+                            // partition whose consumer position passed the end is done.
+                            if self.position_of(topic, *partition) >= e {
+                                break;
+                            }
+                        }
+                        Some(Err(err)) => return Err(kafka_error("read records", err)),
+                    }
+                    if Instant::now() > deadline {
+                        return Err(Error::new(
+                            &codes::IO_ERROR,
+                            format!(
+                                "kafka: reading offsets {b}..{e} of {topic}/{partition} did not complete within {:?} (records deleted by retention, or the broker is unreachable)",
+                                self.options.read_timeout
+                            ),
+                        ));
+                    }
+                }
+            }
+            part.next = e;
+            decode.close(out);
+        }
+        out.batches.extend(builder.finish()?);
+        Ok(())
+    }
+
+    /// The consumer's position in a partition (the offset after the last record it
+    /// returned, past any gap), or -1 when it has none.
+    fn position_of(&self, topic: &str, partition: i32) -> i64 {
+        let Ok(pos) = self.consumer.position() else {
+            return -1;
+        };
+        pos.elements()
+            .iter()
+            .find(|e| e.topic() == topic && e.partition() == partition)
+            .and_then(|e| match e.offset() {
+                KOffset::Offset(o) => Some(o),
+                _ => None,
+            })
+            .unwrap_or(-1)
     }
 }
 
@@ -841,15 +1150,13 @@ impl Source for KafkaSource {
     ) -> Result<Option<Offset>> {
         let parts = self.partitions()?;
         let begin = self.begin(start, &parts)?;
+        let highs = self.edge_offsets(&parts, KOffset::End)?;
         let mut keys = Vec::new();
         let mut wants = Vec::new();
         for (t, ps) in &begin {
             for (p, b) in ps {
-                let hi = if parts.iter().any(|(pt, pp)| pt == t && pp == p) {
-                    self.watermarks(t, *p)?.1
-                } else {
-                    *b // a partition no longer listed keeps its position
-                };
+                // A partition no longer listed keeps its position.
+                let hi = highs.get(&(t.clone(), *p)).copied().unwrap_or(*b);
                 keys.push((t.clone(), *p, *b));
                 wants.push(hi.saturating_sub(*b).max(0) as u64);
             }
@@ -881,11 +1188,16 @@ impl Source for KafkaSource {
         let begin = self.begin(start, &parts)?;
         let mut ranges = BTreeMap::new();
         let mut out = SourceBatch::default();
+        let reading: Vec<(String, i32)> = parts
+            .iter()
+            .filter(|(t, p)| end[t][p] > begin[t][p])
+            .cloned()
+            .collect();
+        let lows = self.edge_offsets(&reading, KOffset::Beginning)?;
         for (t, p) in &parts {
             let mut b = begin[t][p];
             let e = end[t][p];
-            if e > b {
-                let (lo, _) = self.watermarks(t, *p)?;
+            if let Some(&lo) = lows.get(&(t.clone(), *p)) {
                 if lo > b {
                     let gone = lo.min(e);
                     if self.options.fail_on_data_loss {
@@ -903,55 +1215,11 @@ impl Source for KafkaSource {
             }
             ranges.insert((t.clone(), *p), (b, e));
         }
-        let records = self.fetch(&ranges)?;
-        let mut builder: BatchBuilder = self.decoder.builder();
-        for ((topic, partition), recs) in &records {
-            // Good records with consecutive offsets make one origin run.
-            let mut run: Option<(i64, u64)> = None;
-            let close = |run: &mut Option<(i64, u64)>, out: &mut SourceBatch| {
-                if let Some((first, n)) = run.take() {
-                    out.origins
-                        .push_run(self.position(topic, *partition, first), n);
-                }
-            };
-            for r in recs {
-                let fast = self.options.format == ValueFormat::Json
-                    && self.push_fast(&mut builder, topic, *partition, r);
-                let problem = if fast {
-                    None
-                } else {
-                    match self.record_json(topic, *partition, r) {
-                        Ok(v) => builder.push_json(&v).err(),
-                        Err(p) => Some(p),
-                    }
-                };
-                if problem.is_none() {
-                    match &mut run {
-                        Some((first, n)) if *first + *n as i64 == r.offset => *n += 1,
-                        _ => {
-                            close(&mut run, &mut out);
-                            run = Some((r.offset, 1));
-                        }
-                    }
-                }
-                if let Some(problem) = problem {
-                    let raw = r
-                        .value
-                        .as_deref()
-                        .map(|v| String::from_utf8_lossy(v).into_owned())
-                        .unwrap_or_default();
-                    out.rejected.push(
-                        problem.into_rejected(self.position(topic, *partition, r.offset), raw),
-                    );
-                }
-                if builder.len() >= 8192 {
-                    out.batches.extend(builder.finish()?);
-                }
-            }
-            close(&mut run, &mut out);
-        }
-        out.batches.extend(builder.finish()?);
-        Ok(out)
+        let decoded = self.read_ranges(&ranges)?;
+        Ok(SourceBatch {
+            lost: out.lost,
+            ..decoded
+        })
     }
 
     fn describe_offset(&self, offset: &Offset) -> Value {

@@ -194,6 +194,15 @@ fn main() {
     let read: u64 = report.sources.iter().map(|s| s.rows + s.rejected).sum();
     assert_eq!(read, events, "every click read");
     let progress = records.lock().expect("lock").clone();
+    if arg("--verbose").is_some() || std::env::args().any(|a| a == "--verbose") {
+        for p in &progress {
+            eprintln!(
+                "batch {} rows {} durationMs {}",
+                p["batchId"], p["numInputRows"], p["durationMs"]
+            );
+        }
+        eprintln!("run report: {} ms", report.duration_ms);
+    }
     let ms = |p: &Value, k: &str| p["durationMs"][k].as_f64().unwrap_or(0.0);
     let data: Vec<&Value> = progress
         .iter()
