@@ -39,7 +39,8 @@ enum Cmd {
     /// write the support matrix to docs/equivalence-matrix.md.
     Equivalence,
     /// Run a benchmark: `clicks` (2M click events through `etlantic run`: batch and
-    /// streaming, Parquet and JSON lines, wall and CPU time per configuration) or `join` (a
+    /// streaming, Parquet and JSON lines, wall and CPU time per configuration) or `decode`
+    /// (JSON decoding alone: the contract decoder's two paths and arrow-json) or `join` (a
     /// time-bounded Nexmark join of bids and auctions: events/s and state size over time;
     /// `ETLANTIC_BENCH_EVENTS` sets the number of generator events, default 20M) or
     /// `kafka` (Kafka mock cluster → window → Delta: events/s and checkpoint cost per
@@ -513,6 +514,13 @@ fn main() -> Result<()> {
                         .args(["--events", &events, "--runs"])
                         .arg(runs.to_string()))?;
                 }
+                "decode" => {
+                    // JSON decoding alone: the fast path, the per-record path, arrow-json.
+                    run(Command::new(cargo())
+                        .current_dir(&root)
+                        .args(["bench", "-p", "etlantic", "--bench", "json_decode", "--"])
+                        .args(["--runs", &runs.max(15).to_string()]))?;
+                }
                 "kafka" => {
                     // Kafka (librdkafka's mock cluster, in the process) → window → Delta.
                     let events =
@@ -535,7 +543,9 @@ fn main() -> Result<()> {
                         .args(["--events", &events, "--markdown"])
                         .arg(root.join("docs/nexmark.md")))?;
                 }
-                other => bail!("unknown benchmark `{other}` (known: clicks, join, kafka, nexmark)"),
+                other => bail!(
+                    "unknown benchmark `{other}` (known: clicks, decode, join, kafka, nexmark)"
+                ),
             }
         }
         Cmd::Equivalence => {

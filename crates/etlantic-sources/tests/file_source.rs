@@ -350,6 +350,73 @@ async fn csv_counts_the_header_line_and_matches_columns_by_name() {
     );
 }
 
+/// A CSV file larger than the 4 MiB blocks it is read in, with rejected records whose
+/// quoted notes span lines: one of them across the first block boundary. Every good row is
+/// read, and each rejected record keeps its exact text and first line.
+#[tokio::test]
+async fn csv_records_that_span_read_blocks_keep_their_text_and_lines() {
+    const BLOCK: usize = 4 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = String::from("id,note,ts,v\n");
+    let mut line = 1u64;
+    let mut good = 0i64;
+    let mut bad: Vec<(u64, String)> = Vec::new();
+    let bad_record = |n: u64| format!("x{n},\"spans\nlines {n}\",,1");
+    let mut cut_placed = false;
+    while text.len() < 2 * BLOCK + 1000 {
+        // Just before the first block's end: a rejected record that the boundary cuts.
+        if !cut_placed && text.len() > BLOCK - 20 {
+            cut_placed = true;
+            let r = bad_record(line + 1);
+            assert!(text.len() < BLOCK && text.len() + r.len() > BLOCK);
+            line += 1;
+            bad.push((line, r.clone()));
+            text.push_str(&r);
+            text.push('\n');
+            line += 1; // the note's second line
+            continue;
+        }
+        line += 1;
+        if line.is_multiple_of(5000) {
+            let r = bad_record(line);
+            bad.push((line, r.clone()));
+            text.push_str(&r);
+            text.push('\n');
+            line += 1;
+        } else {
+            good += 1;
+            text.push_str(&format!("{good},n,,1.5\n"));
+        }
+    }
+    assert!(cut_placed);
+    write(&dir.path().join("big.csv"), &text);
+    let c = contract(EVENTS);
+    let mut src = source_provider("file")
+        .unwrap()
+        .create(ctx(
+            dir.path(),
+            "events",
+            "file://big.csv",
+            &c,
+            ExecutionMode::Batch,
+            None,
+        ))
+        .unwrap();
+    let out = read_all(&mut src).await;
+    let b = concat_batches(&c.arrow_schema(), &out.batches).unwrap();
+    assert_eq!(
+        col::<Int64Array>(&b, "id").values().to_vec(),
+        (1..=good).collect::<Vec<_>>()
+    );
+    let got: Vec<(u64, String)> = out
+        .rejected
+        .iter()
+        .map(|r| (r.position.line.unwrap(), r.raw.clone()))
+        .collect();
+    assert_eq!(got, bad);
+    assert!(out.rejected.iter().all(|r| r.code == "ETL702"));
+}
+
 #[tokio::test]
 async fn csv_first_data_line_is_line_two_with_a_header_and_one_without() {
     let dir = tempfile::tempdir().unwrap();

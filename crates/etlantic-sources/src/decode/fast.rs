@@ -93,6 +93,10 @@ pub(crate) struct FastSchema {
     /// constraints for emptiness per value is not free).
     checked: Vec<bool>,
     names: Vec<Box<[u8]>>,
+    /// Per column: its name followed by a closing quote, when the name needs no escape
+    /// in JSON (no `"`, `\` or control character): a key that starts with these bytes
+    /// is that name.
+    quoted: Vec<Option<Box<[u8]>>>,
     /// Used instead of a linear search for wide schemas.
     index: Option<HashMap<Box<[u8]>, usize>>,
 }
@@ -117,7 +121,16 @@ impl FastSchema {
             .collect::<std::collections::HashSet<&[u8]>>()
             .len()
             == names.len();
+        let quoted = names
+            .iter()
+            .map(|n| {
+                n.iter()
+                    .all(|&c| c >= 0x20 && c != b'"' && c != b'\\')
+                    .then(|| [&n[..], b"\""].concat().into())
+            })
+            .collect();
         FastSchema {
+            quoted,
             usable,
             checked: columns.iter().map(|c| !c.checks.is_empty()).collect(),
             kinds: columns
@@ -126,6 +139,19 @@ impl FastSchema {
                 .collect(),
             names,
             index,
+        }
+    }
+
+    /// When the key at `s` (past its opening quote) is the name of column `guess`, the
+    /// column, with the scan moved past the key's closing quote. Records usually list
+    /// their fields in one order, so this spares most keys a search.
+    fn expected_key(&self, s: &mut Scan<'_>, guess: usize) -> Option<usize> {
+        let quoted = self.quoted.get(guess)?.as_deref()?;
+        if s.b[s.i..].starts_with(quoted) {
+            s.i += quoted.len();
+            Some(guess)
+        } else {
+            None
         }
     }
 
@@ -196,15 +222,24 @@ pub(crate) fn json_record(
     } else {
         loop {
             s.ws();
-            let Some(key) = s.plain_string() else {
+            if s.next() != Some(b'"') {
                 return false;
+            }
+            let column = match schema.expected_key(&mut s, guess) {
+                Some(c) => Some(c),
+                None => {
+                    let Some(key) = s.plain_string_body() else {
+                        return false;
+                    };
+                    schema.column(key, guess)
+                }
             };
             s.ws();
             if s.next() != Some(b':') {
                 return false;
             }
             s.ws();
-            match schema.column(key, guess) {
+            match column {
                 Some(c) if preset.get(c).copied().unwrap_or(false) => {
                     if s.skip_value(0).is_none() {
                         return false;
@@ -621,6 +656,9 @@ fn iso_timestamp_cached(
 // ---------------------------------------------------------------------------------------
 // The JSON scanner: strict RFC 8259, as serde_json reads it.
 
+/// Strings up to this long are searched byte by byte (see `Scan::segment`).
+const SHORT: usize = 24;
+
 struct Scan<'a> {
     b: &'a [u8],
     i: usize,
@@ -733,7 +771,16 @@ impl<'a> Scan<'a> {
     /// scanner reads bytes; only inside strings may they be other than ASCII).
     fn segment(&self) -> Option<(usize, bool)> {
         let rest = &self.b[self.i..];
-        let k = memchr::memchr2(b'"', b'\\', rest)?;
+        // Most strings are short: a byte loop finds their end before a vector search
+        // would have been set up.
+        let k = match rest
+            .iter()
+            .take(SHORT)
+            .position(|&c| c == b'"' || c == b'\\')
+        {
+            Some(k) => k,
+            None => SHORT + memchr::memchr2(b'"', b'\\', rest.get(SHORT..)?)?,
+        };
         let body = &rest[..k];
         // No early exit: the compiler checks many bytes at a time.
         let (ctrl, ascii) = body.iter().fold((false, true), |(ctrl, ascii), &c| {
@@ -754,11 +801,8 @@ impl<'a> Scan<'a> {
         }
     }
 
-    /// A string without escapes (a key): its bytes.
-    fn plain_string(&mut self) -> Option<&'a [u8]> {
-        if self.next()? != b'"' {
-            return None;
-        }
+    /// A string without escapes (a key), from past its opening quote: its bytes.
+    fn plain_string_body(&mut self) -> Option<&'a [u8]> {
         let (len, at_quote) = self.segment()?;
         if !at_quote {
             return None;

@@ -227,19 +227,38 @@ fn read_jsonl(ctx: &ReadCtx<'_>, path: &Path, rel: &str, out: &mut SourceBatch) 
 }
 
 fn read_csv(ctx: &ReadCtx<'_>, path: &Path, rel: &str, out: &mut SourceBatch) -> Result<()> {
-    let bytes = std::fs::read(path).map_err(|e| io_error("read", path, e))?;
-    let bom = if bytes.starts_with(b"\xEF\xBB\xBF") {
-        3
-    } else {
-        0
-    };
-    let data = &bytes[bom..];
+    super::lines::with_blocks(path, |blocks| {
+        let mut reader = csv::ReaderBuilder::new()
+            .has_headers(false)
+            .flexible(true)
+            .delimiter(ctx.csv.delimiter)
+            .from_reader(super::lines::MarkedRead::new(blocks));
+        let result = read_csv_records(ctx, rel, &mut reader, out);
+        // An error reading the file is reported as itself, not as the parser saw it.
+        match reader.get_mut().take_error() {
+            Some(e) => Err(e),
+            None => result,
+        }
+    })
+}
+
+/// The text of the record that starts at position `start` and that `reader` has just
+/// read, as it is in the file, without its line end: only needed for a rejected record.
+fn record_text(reader: &csv::Reader<super::lines::MarkedRead<'_, '_>>, start: u64) -> String {
+    let raw_bytes = reader.get_ref().text(start, reader.position().byte());
+    let raw_bytes = raw_bytes.strip_suffix(b"\n").unwrap_or(raw_bytes);
+    let raw_bytes = raw_bytes.strip_suffix(b"\r").unwrap_or(raw_bytes);
+    String::from_utf8_lossy(raw_bytes).into_owned()
+}
+
+/// Reads the records of a CSV file (see [`read_csv`]).
+fn read_csv_records(
+    ctx: &ReadCtx<'_>,
+    rel: &str,
+    reader: &mut csv::Reader<super::lines::MarkedRead<'_, '_>>,
+    out: &mut SourceBatch,
+) -> Result<()> {
     let schema = ctx.decoder.schema();
-    let mut reader = csv::ReaderBuilder::new()
-        .has_headers(false)
-        .flexible(true)
-        .delimiter(ctx.csv.delimiter)
-        .from_reader(data);
     let csv_error = |e: csv::Error| {
         Error::new(
             &codes::RECORD_UNPARSABLE,
@@ -283,21 +302,16 @@ fn read_csv(ctx: &ReadCtx<'_>, path: &Path, rel: &str, out: &mut SourceBatch) ->
     let mut builder = ctx.decoder.builder();
     let mut runs = LineRuns::default();
     loop {
+        // The text of records before this one is not needed any more.
+        let next = reader.position().byte();
+        reader.get_mut().mark(next);
         if !reader.read_byte_record(&mut record).map_err(csv_error)? {
             break;
         }
         let (line, start) = record
             .position()
-            .map(|p| (p.line(), p.byte() as usize))
+            .map(|p| (p.line(), p.byte()))
             .unwrap_or((0, 0));
-        // The record's text, as it is in the file: only needed for a rejected record.
-        let raw = |reader: &csv::Reader<&[u8]>| {
-            let end = (reader.position().byte() as usize).min(data.len());
-            let raw_bytes = &data[start.min(end)..end];
-            let raw_bytes = raw_bytes.strip_suffix(b"\n").unwrap_or(raw_bytes);
-            let raw_bytes = raw_bytes.strip_suffix(b"\r").unwrap_or(raw_bytes);
-            String::from_utf8_lossy(raw_bytes).into_owned()
-        };
         let mut pos = ctx.position(rel);
         pos.line = Some(line);
         if record.len() != expected {
@@ -306,7 +320,7 @@ fn read_csv(ctx: &ReadCtx<'_>, path: &Path, rel: &str, out: &mut SourceBatch) ->
                     "line {line} has {} columns, expected {expected}",
                     record.len()
                 ))
-                .into_rejected(pos, raw(&reader)),
+                .into_rejected(pos, record_text(reader, start)),
             );
             continue;
         }
@@ -320,7 +334,7 @@ fn read_csv(ctx: &ReadCtx<'_>, path: &Path, rel: &str, out: &mut SourceBatch) ->
                     .map_or_else(|| "invalid UTF-8".to_string(), |e| e.to_string());
                 out.rejected.push(
                     RecordProblem::unparsable(format!("line {line} is not valid UTF-8: {why}"))
-                        .into_rejected(pos, raw(&reader)),
+                        .into_rejected(pos, record_text(reader, start)),
                 );
                 continue;
             }
@@ -336,7 +350,9 @@ fn read_csv(ctx: &ReadCtx<'_>, path: &Path, rel: &str, out: &mut SourceBatch) ->
                     flush(&mut builder, out)?;
                 }
             }
-            Err(p) => out.rejected.push(p.into_rejected(pos, raw(&reader))),
+            Err(p) => out
+                .rejected
+                .push(p.into_rejected(pos, record_text(reader, start))),
         }
         drop(values);
         record = fields.into_byte_record();

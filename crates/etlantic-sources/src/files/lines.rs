@@ -1,5 +1,6 @@
-//! The lines of a text file, read in large blocks on a thread of their own while the
-//! caller decodes the lines of the previous block.
+//! A text file read in large blocks on a thread of its own while the caller decodes the
+//! previous block: as lines (JSON lines) or as a byte stream that keeps the text of the
+//! record being parsed (CSV, whose records can span lines).
 
 use crate::fsutil::io_error;
 use etlantic_core::diagnostics::Result;
@@ -9,25 +10,50 @@ use std::path::Path;
 /// The size of one block read ahead.
 const BLOCK: usize = 4 << 20;
 
-/// Calls `line(number, bytes)` for every line of the file at `path`, in order, numbered
-/// from 1, without its `\n` (nor a `\r` before it), the UTF-8 byte order mark of the
-/// first line removed. A last line without a newline is a line.
-///
-/// Files larger than one block are read by a second thread, at most two blocks ahead, so
-/// memory stays bounded and reading overlaps decoding.
-pub(crate) fn for_each_line(
+/// The blocks of a file, in order (see [`with_blocks`]).
+pub(crate) struct Blocks<'a> {
+    path: &'a Path,
+    source: BlockSource,
+}
+
+enum BlockSource {
+    /// A file of at most one block, read whole.
+    One(Option<Vec<u8>>),
+    /// Blocks sent by the reader thread.
+    Ahead(std::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>),
+}
+
+impl Blocks<'_> {
+    /// The next block, or `None` at the end of the file.
+    pub(crate) fn next_block(&mut self) -> Result<Option<Vec<u8>>> {
+        match &mut self.source {
+            BlockSource::One(block) => Ok(block.take()),
+            BlockSource::Ahead(rx) => match rx.recv() {
+                Ok(block) => block.map(Some).map_err(|e| io_error("read", self.path, e)),
+                Err(_) => Ok(None),
+            },
+        }
+    }
+}
+
+/// Calls `f` with the blocks of the file at `path`. Files larger than one block are read
+/// by a second thread, at most two blocks ahead, so memory stays bounded and reading
+/// overlaps decoding.
+pub(crate) fn with_blocks<T>(
     path: &Path,
-    mut line: impl FnMut(u64, &[u8]) -> Result<()>,
-) -> Result<()> {
+    f: impl FnOnce(&mut Blocks<'_>) -> Result<T>,
+) -> Result<T> {
     let mut file = std::fs::File::open(path).map_err(|e| io_error("open", path, e))?;
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let mut lines = Splitter::default();
     if size <= BLOCK as u64 {
         let mut bytes = Vec::with_capacity(size as usize);
         file.read_to_end(&mut bytes)
             .map_err(|e| io_error("read", path, e))?;
-        lines.block(&bytes, &mut line)?;
-        return lines.finish(&mut line);
+        let mut blocks = Blocks {
+            path,
+            source: BlockSource::One(Some(bytes)),
+        };
+        return f(&mut blocks);
     }
     std::thread::scope(|scope| {
         let (tx, rx) = std::sync::mpsc::sync_channel::<std::io::Result<Vec<u8>>>(2);
@@ -47,12 +73,116 @@ pub(crate) fn for_each_line(
             }
         });
         // Dropping the receiver on an early return stops the reader at its next send.
-        for block in rx {
-            let block = block.map_err(|e| io_error("read", path, e))?;
+        let mut blocks = Blocks {
+            path,
+            source: BlockSource::Ahead(rx),
+        };
+        f(&mut blocks)
+    })
+}
+
+/// Calls `line(number, bytes)` for every line of the file at `path`, in order, numbered
+/// from 1, without its `\n` (nor a `\r` before it), the UTF-8 byte order mark of the
+/// first line removed. A last line without a newline is a line.
+pub(crate) fn for_each_line(
+    path: &Path,
+    mut line: impl FnMut(u64, &[u8]) -> Result<()>,
+) -> Result<()> {
+    with_blocks(path, |blocks| {
+        let mut lines = Splitter::default();
+        while let Some(block) = blocks.next_block()? {
             lines.block(&block, &mut line)?;
         }
         lines.finish(&mut line)
     })
+}
+
+/// The bytes of a file (without a UTF-8 byte order mark) as a [`Read`], block by block,
+/// keeping every byte from a mark on: a parser reading through it can still get the text
+/// of the record it is parsing, however many blocks that record spans.
+pub(crate) struct MarkedRead<'b, 'p> {
+    blocks: &'b mut Blocks<'p>,
+    /// The bytes from the mark on (what was read, and what is still to be read).
+    kept: Vec<u8>,
+    /// The position in the file (after the byte order mark) of `kept[0]`.
+    base: u64,
+    /// How many bytes of `kept` were handed out.
+    handed: usize,
+    first: bool,
+    /// The error reading the file met, kept whole (the parser sees only its text).
+    failed: Option<etlantic_core::diagnostics::Error>,
+}
+
+impl<'b, 'p> MarkedRead<'b, 'p> {
+    pub(crate) fn new(blocks: &'b mut Blocks<'p>) -> Self {
+        MarkedRead {
+            blocks,
+            kept: Vec::new(),
+            base: 0,
+            handed: 0,
+            first: true,
+            failed: None,
+        }
+    }
+
+    /// The error reading the file met, if it met one.
+    pub(crate) fn take_error(&mut self) -> Option<etlantic_core::diagnostics::Error> {
+        self.failed.take()
+    }
+
+    /// Forgets the bytes before position `at` (they are not asked for again).
+    pub(crate) fn mark(&mut self, at: u64) {
+        let cut = (at.saturating_sub(self.base) as usize).min(self.handed);
+        // Compacting only once the forgotten part is large keeps the copying linear.
+        if cut >= BLOCK / 2 || cut == self.kept.len() {
+            self.kept.drain(..cut);
+            self.base += cut as u64;
+            self.handed -= cut;
+        }
+    }
+
+    /// The bytes between positions `start` and `end`, which must be after the mark and
+    /// handed out already (clamped to what is kept).
+    pub(crate) fn text(&self, start: u64, end: u64) -> &[u8] {
+        let end = (end.saturating_sub(self.base) as usize).min(self.handed);
+        let start = (start.saturating_sub(self.base) as usize).min(end);
+        &self.kept[start..end]
+    }
+}
+
+impl Read for MarkedRead<'_, '_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.handed == self.kept.len() {
+            let block = match self.blocks.next_block() {
+                Ok(block) => block,
+                Err(e) => {
+                    let text = e.to_string();
+                    self.failed = Some(e);
+                    return Err(std::io::Error::other(text));
+                }
+            };
+            let Some(block) = block else {
+                return Ok(0);
+            };
+            let mut bytes = &block[..];
+            if std::mem::take(&mut self.first) {
+                bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
+            }
+            if self.kept.is_empty() && self.handed == 0 {
+                self.kept = if bytes.len() == block.len() {
+                    block
+                } else {
+                    bytes.to_vec()
+                };
+            } else {
+                self.kept.extend_from_slice(bytes);
+            }
+        }
+        let n = buf.len().min(self.kept.len() - self.handed);
+        buf[..n].copy_from_slice(&self.kept[self.handed..self.handed + n]);
+        self.handed += n;
+        Ok(n)
+    }
 }
 
 /// Cuts blocks into lines, carrying a line cut by the end of a block over to the next.
@@ -146,6 +276,84 @@ mod tests {
         assert_eq!(cut, expected);
         assert_eq!(split(&[b"x\n"]), vec![(1, "x".into())]);
         assert_eq!(split(&[b"", b"x", b"", b"y"]), vec![(1, "xy".into())]);
+    }
+
+    /// Blocks as the reader thread would send them.
+    fn blocks_of<'p>(path: &'p Path, parts: &[&[u8]]) -> Blocks<'p> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(parts.len());
+        for p in parts {
+            tx.send(Ok(p.to_vec())).expect("send");
+        }
+        Blocks {
+            path,
+            source: BlockSource::Ahead(rx),
+        }
+    }
+
+    #[test]
+    fn a_marked_read_keeps_the_text_of_a_record_across_blocks() {
+        let path = Path::new("t.csv");
+        let parts: [&[u8]; 4] = [b"\xEF\xBB\xBFa,b\n\"x", b"y\nz", b"\",2\nlast,", b"3"];
+        let mut blocks = blocks_of(path, &parts);
+        let mut reader = csv::ReaderBuilder::new()
+            .has_headers(false)
+            .buffer_capacity(3)
+            .from_reader(MarkedRead::new(&mut blocks));
+        let mut record = csv::ByteRecord::new();
+        let mut texts = Vec::new();
+        loop {
+            let next = reader.position().byte();
+            reader.get_mut().mark(next);
+            if !reader.read_byte_record(&mut record).expect("csv") {
+                break;
+            }
+            let start = record.position().expect("position").byte();
+            let text = reader.get_ref().text(start, reader.position().byte());
+            texts.push((
+                record.position().expect("position").line(),
+                String::from_utf8_lossy(text).into_owned(),
+                record
+                    .iter()
+                    .map(|f| String::from_utf8_lossy(f).into_owned())
+                    .collect::<Vec<_>>(),
+            ));
+        }
+        assert_eq!(
+            texts,
+            vec![
+                (
+                    1,
+                    "a,b\n".to_string(),
+                    vec!["a".to_string(), "b".to_string()]
+                ),
+                (
+                    2,
+                    "\"xy\nz\",2\n".to_string(),
+                    vec!["xy\nz".to_string(), "2".to_string()]
+                ),
+                (
+                    4,
+                    "last,3".to_string(),
+                    vec!["last".to_string(), "3".to_string()]
+                ),
+            ]
+        );
+        assert!(reader.get_mut().take_error().is_none());
+    }
+
+    #[test]
+    fn a_marked_read_forgets_what_is_before_the_mark() {
+        let path = Path::new("t.csv");
+        let big = vec![b'x'; BLOCK];
+        let mut blocks = blocks_of(path, &[&big, b"tail"]);
+        let mut read = MarkedRead::new(&mut blocks);
+        let mut buf = vec![0u8; BLOCK];
+        assert_eq!(read.read(&mut buf).expect("read"), BLOCK);
+        read.mark(BLOCK as u64 - 2);
+        assert_eq!(read.kept.len(), 2, "the forgotten bytes are let go");
+        assert_eq!(read.read(&mut buf).expect("read"), 4);
+        assert_eq!(read.text(BLOCK as u64 - 2, BLOCK as u64 + 4), b"xxtail");
+        assert_eq!(read.read(&mut buf).expect("read"), 0);
     }
 
     #[test]
