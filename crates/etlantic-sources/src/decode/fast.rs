@@ -656,9 +656,6 @@ fn iso_timestamp_cached(
 // ---------------------------------------------------------------------------------------
 // The JSON scanner: strict RFC 8259, as serde_json reads it.
 
-/// Strings up to this long are searched byte by byte (see `Scan::segment`).
-const SHORT: usize = 24;
-
 struct Scan<'a> {
     b: &'a [u8],
     i: usize,
@@ -770,26 +767,47 @@ impl<'a> Scan<'a> {
     /// escape (`Some((length, at_quote))`), checked: no control character, and UTF-8 (the
     /// scanner reads bytes; only inside strings may they be other than ASCII).
     fn segment(&self) -> Option<(usize, bool)> {
+        const ONES: u64 = 0x0101_0101_0101_0101;
+        const HIGHS: u64 = 0x8080_8080_8080_8080;
+        // Whether some byte of `w` is zero, or below `n` (n <= 0x80): exact as an "any".
+        let below = |w: u64, n: u64| w.wrapping_sub(ONES * n) & !w & HIGHS;
         let rest = &self.b[self.i..];
-        // Most strings are short: a byte loop finds their end before a vector search
-        // would have been set up.
-        let k = match rest
-            .iter()
-            .take(SHORT)
-            .position(|&c| c == b'"' || c == b'\\')
-        {
-            Some(k) => k,
-            None => SHORT + memchr::memchr2(b'"', b'\\', rest.get(SHORT..)?)?,
-        };
-        let body = &rest[..k];
-        // No early exit: the compiler checks many bytes at a time.
-        let (ctrl, ascii) = body.iter().fold((false, true), |(ctrl, ascii), &c| {
-            (ctrl | (c < 0x20), ascii & (c < 0x80))
-        });
-        if ctrl || (!ascii && std::str::from_utf8(body).is_err()) {
-            return None;
+        let mut k = 0;
+        let mut ascii = true;
+        loop {
+            // Eight bytes at a time while none is a quote, a backslash, a control
+            // character or non-ASCII: most strings are short ASCII, and this finds their
+            // end in a few steps without setting up a vector search.
+            while let Some(chunk) = rest.get(k..k + 8) {
+                let w = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
+                let special = below(w ^ (ONES * u64::from(b'"')), 1)
+                    | below(w ^ (ONES * u64::from(b'\\')), 1)
+                    | below(w, 0x20)
+                    | (w & HIGHS);
+                if special != 0 {
+                    break;
+                }
+                k += 8;
+            }
+            // Byte by byte through the word that stopped the loop (or the last bytes).
+            let stop = (k + 8).min(rest.len());
+            while k < stop {
+                match rest[k] {
+                    b'"' | b'\\' => {
+                        if !ascii && std::str::from_utf8(&rest[..k]).is_err() {
+                            return None;
+                        }
+                        return Some((k, rest[k] == b'"'));
+                    }
+                    c if c < 0x20 => return None,
+                    c => ascii &= c < 0x80,
+                }
+                k += 1;
+            }
+            if k >= rest.len() {
+                return None;
+            }
         }
-        Some((k, rest[k] == b'"'))
     }
 
     fn literal(&mut self, word: &[u8]) -> bool {
@@ -999,6 +1017,47 @@ mod tests {
             iso_timestamp(b"2024-01-02T03:04:05", TimeUnit::Millisecond, false),
             None
         );
+    }
+
+    /// The end of a string segment, found the plain way.
+    fn segment_reference(b: &[u8]) -> Option<(usize, bool)> {
+        let k = b.iter().position(|&c| c == b'"' || c == b'\\')?;
+        let body = &b[..k];
+        if body.iter().any(|&c| c < 0x20) || std::str::from_utf8(body).is_err() {
+            return None;
+        }
+        Some((k, b[k] == b'"'))
+    }
+
+    #[test]
+    fn segments_end_where_a_plain_search_says() {
+        let fillers: [&[u8]; 4] = [b"a", b"\xc3\xa9", b"\xe2\x82\xac", b"~"];
+        let specials: [&[u8]; 7] = [b"\"", b"\\", b"\n", b"\x1f", b"\xff", b"\xc3", b""];
+        let mut cases = 0;
+        for len in 0..40 {
+            for filler in fillers {
+                for special in specials {
+                    let mut text: Vec<u8> = Vec::new();
+                    while text.len() < len {
+                        text.extend_from_slice(filler);
+                    }
+                    text.extend_from_slice(special);
+                    for tail in [&b""[..], b"\"", b"rest\"x"] {
+                        let mut t = text.clone();
+                        t.extend_from_slice(tail);
+                        let s = Scan { b: &t, i: 0 };
+                        assert_eq!(
+                            s.segment(),
+                            segment_reference(&t),
+                            "{:?}",
+                            String::from_utf8_lossy(&t)
+                        );
+                        cases += 1;
+                    }
+                }
+            }
+        }
+        assert!(cases > 3000);
     }
 
     #[test]
