@@ -222,17 +222,7 @@ async fn every_kind_of_bad_json_value_is_rejected_with_its_code() {
     }
     write(&dir.path().join("bad.ndjson"), &text);
     let c = contract(ORDERS);
-    let mut src = source_provider("file")
-        .unwrap()
-        .create(ctx(
-            dir.path(),
-            "orders",
-            "file://bad.ndjson",
-            &c,
-            ExecutionMode::Batch,
-            None,
-        ))
-        .unwrap();
+    let mut src = batch_file_source(dir.path(), "orders", "file://bad.ndjson", &c);
     let out = read_all(&mut src).await;
     assert_eq!(out.num_rows(), 0);
     let got = summary(&out.rejected);
@@ -272,17 +262,7 @@ async fn csv_counts_the_header_line_and_matches_columns_by_name() {
                 -1,neg,,\n";
     write(&dir.path().join("in/events.csv"), text);
     let c = contract(EVENTS);
-    let mut src = source_provider("file")
-        .unwrap()
-        .create(ctx(
-            dir.path(),
-            "events",
-            "file://in/events.csv",
-            &c,
-            ExecutionMode::Batch,
-            None,
-        ))
-        .unwrap();
+    let mut src = batch_file_source(dir.path(), "events", "file://in/events.csv", &c);
     let out = read_all(&mut src).await;
     let b = concat_batches(&c.arrow_schema(), &out.batches).unwrap();
     assert_eq!(col::<Int64Array>(&b, "id").values().to_vec(), vec![1, 2, 5]);
@@ -327,17 +307,12 @@ async fn csv_counts_the_header_line_and_matches_columns_by_name() {
         &dir.path().join("in/reordered.csv"),
         "v;extra;ID;note\n3.5;zzz;7;seven\n;;;x\n",
     );
-    let mut src = source_provider("file")
-        .unwrap()
-        .create(ctx(
-            dir.path(),
-            "events",
-            "file://in/reordered.csv?delimiter=;",
-            &c,
-            ExecutionMode::Batch,
-            None,
-        ))
-        .unwrap();
+    let mut src = batch_file_source(
+        dir.path(),
+        "events",
+        "file://in/reordered.csv?delimiter=;",
+        &c,
+    );
     let out = read_all(&mut src).await;
     let b = concat_batches(&c.arrow_schema(), &out.batches).unwrap();
     assert_eq!(col::<Int64Array>(&b, "id").values().to_vec(), vec![7]);
@@ -391,17 +366,7 @@ async fn csv_records_that_span_read_blocks_keep_their_text_and_lines() {
     assert!(cut_placed);
     write(&dir.path().join("big.csv"), &text);
     let c = contract(EVENTS);
-    let mut src = source_provider("file")
-        .unwrap()
-        .create(ctx(
-            dir.path(),
-            "events",
-            "file://big.csv",
-            &c,
-            ExecutionMode::Batch,
-            None,
-        ))
-        .unwrap();
+    let mut src = batch_file_source(dir.path(), "events", "file://big.csv", &c);
     let out = read_all(&mut src).await;
     let b = concat_batches(&c.arrow_schema(), &out.batches).unwrap();
     assert_eq!(
@@ -424,17 +389,7 @@ async fn csv_first_data_line_is_line_two_with_a_header_and_one_without() {
     write(&dir.path().join("n.csv"), "bad,a,,\n");
     let c = contract(EVENTS);
     for (uri, line) in [("file://h.csv", 2), ("file://n.csv?header=false", 1)] {
-        let mut src = source_provider("file")
-            .unwrap()
-            .create(ctx(
-                dir.path(),
-                "events",
-                uri,
-                &c,
-                ExecutionMode::Batch,
-                None,
-            ))
-            .unwrap();
+        let mut src = batch_file_source(dir.path(), "events", uri, &c);
         let out = read_all(&mut src).await;
         assert_eq!(out.num_rows(), 0);
         assert_eq!(
@@ -450,17 +405,7 @@ async fn csv_header_without_a_required_column_fails_the_file() {
     let dir = tempfile::tempdir().unwrap();
     write(&dir.path().join("x.csv"), "note,v\na,1\n");
     let c = contract(EVENTS);
-    let mut src = source_provider("file")
-        .unwrap()
-        .create(ctx(
-            dir.path(),
-            "events",
-            "file://x.csv",
-            &c,
-            ExecutionMode::Batch,
-            None,
-        ))
-        .unwrap();
+    let mut src = batch_file_source(dir.path(), "events", "file://x.csv", &c);
     let end = src
         .latest_offset(None, &Default::default())
         .await
@@ -525,17 +470,7 @@ mod parquet_files {
         .unwrap();
         write_parquet(&dir.path().join("orders.parquet"), &batch);
         let c = contract(ORDERS);
-        let mut src = source_provider("file")
-            .unwrap()
-            .create(ctx(
-                dir.path(),
-                "orders",
-                "file://orders.parquet",
-                &c,
-                ExecutionMode::Batch,
-                None,
-            ))
-            .unwrap();
+        let mut src = batch_file_source(dir.path(), "orders", "file://orders.parquet", &c);
         let out = read_all(&mut src).await;
         let b = concat_batches(&c.arrow_schema(), &out.batches).unwrap();
         assert_eq!(b.schema(), c.arrow_schema());
@@ -613,17 +548,7 @@ mod parquet_files {
         .unwrap();
         write_parquet(&dir.path().join("big.parquet"), &batch);
         let c = contract(ORDERS);
-        let mut src = source_provider("file")
-            .unwrap()
-            .create(ctx(
-                dir.path(),
-                "orders",
-                "file://big.parquet",
-                &c,
-                ExecutionMode::Batch,
-                None,
-            ))
-            .unwrap();
+        let mut src = batch_file_source(dir.path(), "orders", "file://big.parquet", &c);
         let out = read_all(&mut src).await;
         let b = concat_batches(&c.arrow_schema(), &out.batches).unwrap();
         assert_eq!(b.schema(), c.arrow_schema());
@@ -671,17 +596,7 @@ mod parquet_files {
         .unwrap();
         write_parquet(&dir.path().join("o.parquet"), &batch);
         let c = contract(ORDERS);
-        let mut src = source_provider("file")
-            .unwrap()
-            .create(ctx(
-                dir.path(),
-                "orders",
-                "file://o.parquet",
-                &c,
-                ExecutionMode::Batch,
-                None,
-            ))
-            .unwrap();
+        let mut src = batch_file_source(dir.path(), "orders", "file://o.parquet", &c);
         src.read_only(&["ts".to_string()]);
         let out = read_all(&mut src).await;
         let b = concat_batches(&c.arrow_schema(), &out.batches).unwrap();
@@ -703,17 +618,7 @@ mod parquet_files {
         assert_eq!(b.column_by_name("score").unwrap().null_count(), 0);
         assert_eq!(b.column_by_name("paid").unwrap().null_count(), 1);
         // Without the hint every column is decoded.
-        let mut all = source_provider("file")
-            .unwrap()
-            .create(ctx(
-                dir.path(),
-                "orders",
-                "file://o.parquet",
-                &c,
-                ExecutionMode::Batch,
-                None,
-            ))
-            .unwrap();
+        let mut all = batch_file_source(dir.path(), "orders", "file://o.parquet", &c);
         let out = read_all(&mut all).await;
         let b = concat_batches(&c.arrow_schema(), &out.batches).unwrap();
         assert_eq!(b.column_by_name("score").unwrap().null_count(), 0);
@@ -757,17 +662,7 @@ mod parquet_files {
             ),
             ("string_id.parquet", "column `order_id` has type Utf8"),
         ] {
-            let mut src = source_provider("file")
-                .unwrap()
-                .create(ctx(
-                    dir.path(),
-                    "orders",
-                    &format!("file://{name}"),
-                    &c,
-                    ExecutionMode::Batch,
-                    None,
-                ))
-                .unwrap();
+            let mut src = batch_file_source(dir.path(), "orders", &format!("file://{name}"), &c);
             let end = src
                 .latest_offset(None, &Default::default())
                 .await
@@ -786,17 +681,7 @@ mod parquet_files {
         let dir = tempfile::tempdir().unwrap();
         write(&dir.path().join("fake.parquet"), "not parquet at all");
         let c = contract(ORDERS);
-        let mut src = source_provider("file")
-            .unwrap()
-            .create(ctx(
-                dir.path(),
-                "orders",
-                "file://fake.parquet",
-                &c,
-                ExecutionMode::Batch,
-                None,
-            ))
-            .unwrap();
+        let mut src = batch_file_source(dir.path(), "orders", "file://fake.parquet", &c);
         let end = src
             .latest_offset(None, &Default::default())
             .await

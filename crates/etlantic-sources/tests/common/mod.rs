@@ -87,6 +87,19 @@ pub fn ctx(
     }
 }
 
+/// The `file://` source of `asset` at `uri` for a batch run in the project at `root`.
+pub fn batch_file_source(
+    root: &Path,
+    asset: &str,
+    uri: &str,
+    contract: &Arc<Contract>,
+) -> Box<dyn Source> {
+    etlantic_core::plugin::source_provider("file")
+        .expect("file source registered")
+        .create(ctx(root, asset, uri, contract, ExecutionMode::Batch, None))
+        .unwrap()
+}
+
 pub fn write(path: &Path, text: &str) {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).unwrap();
