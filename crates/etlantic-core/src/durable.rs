@@ -41,7 +41,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 /// file is removed and `path` is untouched.
 pub fn write_atomic_with(path: &Path, fill: impl FnOnce(File) -> Result<File>) -> Result<()> {
     let dir = parent_of(path);
-    crate::storage::create_dirs(dir)?;
+    create_dirs(dir)?;
     let tmp = temporary_path(path);
     let result = (|| {
         let f = File::create(&tmp).map_err(|e| io_error("create", &tmp, e))?;
@@ -55,6 +55,34 @@ pub fn write_atomic_with(path: &Path, fill: impl FnOnce(File) -> Result<File>) -
         let _ = fs::remove_file(&tmp);
     }
     result
+}
+
+/// Creates `dir` and its missing ancestors, syncing the parent of each directory it
+/// creates: a file's durability needs the names leading to it durable too.
+pub fn create_dirs(dir: &Path) -> Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    let mut missing = Vec::new();
+    let mut at = dir;
+    while !at.as_os_str().is_empty() && !at.exists() {
+        missing.push(at.to_path_buf());
+        match at.parent() {
+            Some(p) => at = p,
+            None => break,
+        }
+    }
+    for d in missing.iter().rev() {
+        match fs::create_dir(d) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(io_error("create directory", d, e)),
+        }
+        if let Some(parent) = d.parent().filter(|p| !p.as_os_str().is_empty()) {
+            sync_dir(parent).map_err(|e| io_error("sync", parent, e))?;
+        }
+    }
+    Ok(())
 }
 
 /// `fsync`s a directory so that a rename or a new file in it is durable (a no-op where

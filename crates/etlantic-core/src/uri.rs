@@ -366,6 +366,18 @@ mod tests {
     }
 }
 
+/// `location` resolved against the project root `root`: itself when absolute, else
+/// joined to `root`. Every relative location of a pipeline (bindings, quarantine,
+/// checkpoint, region locations) resolves this way.
+pub fn located(root: &std::path::Path, location: &str) -> std::path::PathBuf {
+    let p = std::path::Path::new(location);
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        root.join(p)
+    }
+}
+
 /// The absolute form of `path` with `.` and `..` removed lexically (symlinks are not
 /// resolved and the path need not exist). Table formats address their files by URL, in
 /// which a `..` segment is illegal, so a binding like `delta://../tables/x` must be

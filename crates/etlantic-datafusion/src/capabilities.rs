@@ -17,23 +17,17 @@ pub const SUPPORTED_PROFILES: &[&str] = &[
     "dtcs:profile/portable-relational/2",
 ];
 
-/// Action ids (DTCS and ETLantic extensions), including the aliases the IR decodes
-/// (`dtcs:select` is a filter, `dtcs:group` an aggregation, the field actions
-/// `dtcs:lowercase`/`dtcs:uppercase`/`dtcs:trim` are assignments).
+/// Action ids (DTCS and ETLantic extensions), canonical: their aliases
+/// (`etlantic_core::ir::canonical_action_id`) are supported with them.
 pub const SUPPORTED_ACTIONS: &[&str] = &[
     "dtcs:filter",
-    "dtcs:select",
     "dtcs:project",
     "dtcs:with_fields",
     "dtcs:drop_fields",
     "dtcs:rename_fields",
-    "dtcs:lowercase",
-    "dtcs:uppercase",
-    "dtcs:trim",
     "dtcs:join",
     "dtcs:union",
     "dtcs:aggregate",
-    "dtcs:group",
     "dtcs:sort",
     "dtcs:limit",
     "dtcs:distinct",

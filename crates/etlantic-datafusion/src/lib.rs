@@ -6,9 +6,9 @@
 //!   runs batch regions — portable DTCS transform plans (`dtcs.transform-plan/2`,
 //!   compiled to DataFusion logical plans), SQL steps, and registered engine-specific
 //!   implementations.
-//! - The **micro-batch streaming runtime** ([`streaming`]): triggers, watermarks, the
-//!   state store, checkpoints and the stateful operators, reusing the same plan compiler.
-//! - **Contract quality rules** evaluated on Arrow batches ([`quality`]).
+//! - The **embedded streaming engine** ([`streaming`]): the stateful operators and the
+//!   per-micro-batch programs the runtime (`etlantic_runtime`) drives, reusing the same
+//!   plan compiler; registered with the runtime as [`streaming::DataFusionEngine`].
 //!
 //! ## Semantics
 //!
@@ -33,7 +33,6 @@ pub mod capabilities;
 mod error;
 mod expr;
 mod plan;
-pub mod quality;
 mod relation;
 mod session;
 mod staged;
@@ -51,3 +50,17 @@ pub use step::{plan_dataframe, sql_dataframe};
 pub use datafusion;
 
 inventory::submit! { etlantic_core::plugin::BackendRegistration(&DataFusionBackend) }
+inventory::submit! { etlantic_runtime::engine::EngineRegistration(&streaming::DataFusionEngine) }
+
+/// Keeps this crate's registrations — the `datafusion` backend and the embedded
+/// streaming engine — in a program that reaches them only through the registries
+/// (`etlantic_core::plugin::backend`, `etlantic_runtime::engine::engine`): a linker
+/// drops the object files of a library nothing refers to, and their registrations with
+/// them. Defined next to the registrations, so calling it refers to their object file.
+#[inline(never)]
+pub fn link() {
+    std::hint::black_box(BACKEND_REGISTERED);
+}
+
+/// See [`link`].
+static BACKEND_REGISTERED: &str = capabilities::BACKEND_NAME;

@@ -8,9 +8,9 @@
 //! have it; their order is whatever the engine produces (deterministic, but unspecified).
 
 use crate::error::{self, DfResultExt};
-use crate::expr::Scope;
+use crate::expr::{column_of, Scope};
 use crate::table::{is_reserved, ORD};
-use datafusion::common::{Column, DFSchemaRef};
+use datafusion::common::DFSchemaRef;
 use datafusion::logical_expr::{Expr as DfExpr, SortExpr};
 use datafusion::prelude::DataFrame;
 use etlantic_core::Result;
@@ -26,19 +26,6 @@ pub(crate) struct Relation {
     /// anything that only filters or projects them), so no sort is needed to read them
     /// in order.
     pub(crate) in_order: bool,
-}
-
-/// A column reference that never parses dots in the name.
-pub(crate) fn ident_expr(name: &str) -> DfExpr {
-    DfExpr::Column(Column::new_unqualified(name))
-}
-
-/// The qualified reference to the column `name` of `schema` (unqualified if absent).
-pub(crate) fn column_of(schema: &DFSchemaRef, name: &str) -> DfExpr {
-    match schema.qualified_field_with_unqualified_name(name) {
-        Ok((q, f)) => DfExpr::Column(Column::new(q.cloned(), f.name())),
-        Err(_) => ident_expr(name),
-    }
 }
 
 impl Relation {

@@ -99,17 +99,12 @@ pub(crate) async fn prepare(task: &StepTask, inputs: &IndexMap<String, Table>) -
             .await
             .map(|df| Prepared::Frame(Box::new(df))),
         StepLogic::Impl { name } => {
-            let imp = etlantic_core::plugin::transform_impl(name).ok_or_else(|| {
-                error::unsupported(format!(
-                    "no transformation implementation `{name}` is linked"
-                ))
-            })?;
-            if imp.backend() != BACKEND_NAME {
-                return Err(error::unsupported(format!(
-                    "the transformation implementation `{name}` is for backend `{}`, not `{BACKEND_NAME}`",
-                    imp.backend()
-                )));
-            }
+            let imp =
+                etlantic_core::plugin::transform_impl(BACKEND_NAME, name).ok_or_else(|| {
+                    error::unsupported(format!(
+                        "no transformation implementation `{name}` is linked for `{BACKEND_NAME}`"
+                    ))
+                })?;
             Ok(Prepared::Impl(imp))
         }
     }

@@ -6,9 +6,9 @@
 
 use arrow::array::{Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
-use etlantic_datafusion::streaming::batch_log::{read_all, BatchLog};
-use etlantic_datafusion::streaming::checkpoint::{CommitEntry, OffsetEntry, SourceRange};
-use etlantic_datafusion::streaming::state_log::{read_logged, LogEntry, Logged, StateLog};
+use etlantic_runtime::checkpoint::batch_log::{read_all, BatchLog};
+use etlantic_runtime::checkpoint::state_log::{read_logged, LogEntry, Logged, StateLog};
+use etlantic_runtime::checkpoint::{CommitEntry, OffsetEntry, SourceRange};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -7,7 +7,8 @@ mod streaming_support;
 
 use etlantic_core::plugin::ReadLimit;
 use etlantic_core::streaming::{Duration, OutputMode, Trigger};
-use etlantic_datafusion::streaming::StreamingQuery;
+use etlantic_runtime::progress::QueryProgress;
+use etlantic_runtime::StreamingQuery;
 use etlantic_sinks::memory::MemorySink;
 use serde_json::{json, Value};
 use std::path::Path;
@@ -253,7 +254,9 @@ async fn progress_records_are_shaped_like_spark() {
     let seen: Arc<Mutex<Vec<Value>>> = Arc::default();
     let mut opts = fx.options();
     let s = seen.clone();
-    opts.on_progress = Some(Arc::new(move |v: &Value| s.lock().unwrap().push(v.clone())));
+    opts.on_progress = Some(Arc::new(move |p: &QueryProgress| {
+        s.lock().unwrap().push(p.to_json())
+    }));
     let mut query = StreamingQuery::start(&plan, opts).await.unwrap();
     let schema = plan.asset_contract("events").unwrap().arrow_schema();
     let push = |rows: &[Value]| {
@@ -507,7 +510,7 @@ async fn restarts_rebuild_state_a_checkpoint_interval_has_not_written_yet() {
     }
     let fx = fixture("interval")
         .with_profile(|p| p.state_checkpoint_interval = Some("1 hour".parse().expect("duration")));
-    let clock = etlantic_datafusion::streaming::ManualClock::new(0);
+    let clock = etlantic_runtime::ManualClock::new(0);
     let options = || {
         let mut o = fx.options();
         o.clock = clock.clock();

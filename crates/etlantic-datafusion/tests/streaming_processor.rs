@@ -19,7 +19,7 @@ use etlantic_core::plugin::processor::{
 use etlantic_core::plugin::{ProcessorRegistration, StepLogic, StepTask};
 use etlantic_core::streaming::{Duration, ExecutionMode, OutputMode, TimeMode};
 use etlantic_core::Result;
-use etlantic_datafusion::streaming::ManualClock;
+use etlantic_runtime::ManualClock;
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -358,7 +358,7 @@ async fn event_time_timers_emit_sessions_when_the_watermark_passes_them() {
     assert!(op_field(&p[10], "memoryUsedBytes").as_u64().unwrap() > 0);
     // Checkpointed like every operator without a changelog: its whole state, logged at
     // every version.
-    let logged = etlantic_datafusion::streaming::state_log::logged_versions(
+    let logged = etlantic_runtime::checkpoint::state_log::logged_versions(
         &fx.checkpoint().join("state-changes"),
     )
     .unwrap();
@@ -583,6 +583,7 @@ async fn a_bounded_run_fires_every_event_time_timer_at_the_end() {
             output: "result".into(),
         },
     };
+    etlantic_datafusion::link();
     let backend = etlantic_core::plugin::backend("datafusion").unwrap();
     let out_schema = backend
         .output_schema(

@@ -88,7 +88,7 @@ async fn source_and_sink_rules_apply_their_policies_and_are_counted() {
         .await;
     assert_eq!(rows.len(), 2, "{rows:?}");
     assert!(rows.iter().any(|r| r.contains("\"amount\":60")));
-    let progress = run.query.last_progress().unwrap().clone();
+    let progress = run.query.last_progress().unwrap().to_json();
     assert_eq!(
         quality_of(&progress),
         vec![
@@ -106,7 +106,7 @@ async fn source_and_sink_rules_apply_their_policies_and_are_counted() {
     // The rows the source decoded (the out-of-range one was rejected while decoding); the
     // gate's removals happen after they are counted.
     assert_eq!(progress["numInputRows"], json!(4));
-    let q = etlantic_sinks::quarantine::read_quarantine(fx.quarantine()).unwrap();
+    let q = etlantic_runtime::quarantine::read_quarantine(fx.quarantine()).unwrap();
     assert_eq!(q.len(), 3, "{q:?}");
     let reasons: Vec<&str> = q.iter().map(|l| l["reason"].as_str().unwrap()).collect();
     assert!(reasons
@@ -157,8 +157,7 @@ async fn drop_or_warn_on_a_rule_the_source_checks_while_decoding_is_refused() {
         });
     fx.builder = fx.builder.asset_inline("events", events_contract());
     let plan = fx.plan();
-    let Err(e) = etlantic_datafusion::streaming::StreamingQuery::start(&plan, fx.options()).await
-    else {
+    let Err(e) = etlantic_runtime::StreamingQuery::start(&plan, fx.options()).await else {
         panic!("refused at start");
     };
     assert_eq!(e.code(), "ETL222");
@@ -206,7 +205,7 @@ async fn rules_on_emitted_window_aggregates_judge_each_window_before_publication
     rows.extend(run.step("events", vec![ev(30, "b", 1)], "out").await);
     assert_eq!(rows.len(), 1, "only b's window is published: {rows:?}");
     assert!(rows[0].contains("\"user\":\"b\""), "{rows:?}");
-    let q = etlantic_sinks::quarantine::read_quarantine(fx.quarantine()).unwrap();
+    let q = etlantic_runtime::quarantine::read_quarantine(fx.quarantine()).unwrap();
     assert_eq!(q.len(), 1, "{q:?}");
     assert_eq!(q[0]["code"], json!("ETL704"));
     let reason = q[0]["reason"].as_str().unwrap();

@@ -283,7 +283,7 @@ async fn late_events_are_quarantined_with_a_reason() {
     );
     let (outs, _, _) = run_all(&fx, late_data()).await;
     assert_eq!(outs, late_expected());
-    let lines = etlantic_sinks::quarantine::read_quarantine(fx.quarantine()).unwrap();
+    let lines = etlantic_runtime::quarantine::read_quarantine(fx.quarantine()).unwrap();
     assert_eq!(lines.len(), 1, "{lines:?}");
     let l = &lines[0];
     assert_eq!(l["code"], json!("ETL708"));
@@ -320,7 +320,7 @@ async fn late_events_are_quarantined_even_when_bad_records_fail_the_run() {
     .with_profile(|p| p.on_error = etlantic_core::profile::OnError::Fail);
     let (outs, _, _) = run_all(&fx, late_data()).await;
     assert_eq!(outs, late_expected());
-    let lines = etlantic_sinks::quarantine::read_quarantine(fx.quarantine()).unwrap();
+    let lines = etlantic_runtime::quarantine::read_quarantine(fx.quarantine()).unwrap();
     assert_eq!(lines.len(), 1);
     assert_eq!(lines[0]["code"], json!("ETL708"));
 }

@@ -25,6 +25,7 @@
 //! - a static source (`static_refresh`) has no event time, watermark, late-event policy
 //!   or read limit, and a sink needs at least one streaming source (`ETL432`).
 
+use crate::graph::{is_static, sources_of, transforms_of};
 use crate::project::Project;
 use etlantic_core::diagnostics::{codes, Diagnostic, Diagnostics};
 use etlantic_core::ir::{Action, JoinType, TransformPlan};
@@ -42,40 +43,6 @@ enum AfterJoin {
     Inner,
     /// Another stream-stream join: nothing bounds how late its rows can be.
     Unbounded,
-}
-
-/// Sources feeding `node` (transitively).
-pub(crate) fn sources_of(project: &Project, node: &str, out: &mut Vec<String>) {
-    if project.pipeline.source(node).is_some() {
-        if !out.iter().any(|s| s == node) {
-            out.push(node.to_string());
-        }
-        return;
-    }
-    if let Some(t) = project.pipeline.transform(node) {
-        for r in t.inputs.values() {
-            sources_of(project, r.from(), out);
-        }
-    }
-}
-
-/// Transformations feeding `node`, upstream first.
-pub(crate) fn transforms_of(project: &Project, node: &str, out: &mut Vec<String>) {
-    if let Some(t) = project.pipeline.transform(node) {
-        for r in t.inputs.values() {
-            transforms_of(project, r.from(), out);
-        }
-        if !out.iter().any(|x| x == node) {
-            out.push(node.to_string());
-        }
-    }
-}
-
-pub(crate) fn is_static(project: &Project, source: &str) -> bool {
-    project
-        .pipeline
-        .source(source)
-        .is_some_and(|s| s.is_static())
 }
 
 /// Whether every source feeding `node` is static (and there is one).

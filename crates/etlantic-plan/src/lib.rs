@@ -17,6 +17,7 @@ pub mod capability;
 pub mod diff;
 pub mod event_time;
 pub mod explain;
+mod graph;
 pub mod join_rules;
 pub mod plan;
 pub mod planner;

@@ -121,12 +121,7 @@ impl Project {
 
     /// Resolves a path relative to the project root.
     pub fn resolve(&self, relative: &str) -> PathBuf {
-        let p = Path::new(relative);
-        if p.is_absolute() {
-            p.to_path_buf()
-        } else {
-            self.root.join(p)
-        }
+        etlantic_core::uri::located(&self.root, relative)
     }
 
     /// Reads a file relative to the root; a missing file is `code`.

@@ -12,7 +12,7 @@
 //! outside append mode. The streaming runtime applies the same rule to the units it
 //! builds (`etlantic-datafusion`'s streaming query).
 
-use crate::join_rules::{is_static, sources_of, transforms_of};
+use crate::graph::{is_static, sources_of, transforms_of};
 use crate::project::Project;
 use etlantic_core::ir::{Action, TransformPlan};
 use std::collections::{HashMap, HashSet};

@@ -52,18 +52,11 @@ fn schemas_by_port(
 
 /// The registered implementation `name` for this backend.
 fn transform_impl(name: &str) -> Result<&'static dyn TransformImpl> {
-    let imp = etlantic_core::plugin::transform_impl(name).ok_or_else(|| {
+    etlantic_core::plugin::transform_impl(BACKEND_NAME, name).ok_or_else(|| {
         error::unsupported(format!(
-            "the transformation implementation `{name}` (none is linked)"
+            "the transformation implementation `{name}` (none is linked for `{BACKEND_NAME}`)"
         ))
-    })?;
-    if imp.backend() != BACKEND_NAME {
-        return Err(error::unsupported(format!(
-            "the transformation implementation `{name}`, which is for backend `{}`",
-            imp.backend()
-        )));
-    }
-    Ok(imp)
+    })
 }
 
 /// The lazy query of a portable plan's `output` over `frames` (by plan input id), and

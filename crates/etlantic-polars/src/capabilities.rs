@@ -10,24 +10,18 @@ use etlantic_core::plugin::{BackendCapabilities, RegionKind};
 /// The backend's name in profiles and plans.
 pub const BACKEND_NAME: &str = "polars";
 
-/// Action ids, including the aliases the IR decodes (`dtcs:select` is a filter,
-/// `dtcs:group` an aggregation, the field actions `dtcs:lowercase`/`dtcs:uppercase`/
-/// `dtcs:trim` are assignments). `etlantic:deduplicate_within_watermark` is
-/// deduplicate-first on a bounded input.
+/// Action ids, canonical: their aliases (`etlantic_core::ir::canonical_action_id`) are
+/// supported with them. `etlantic:deduplicate_within_watermark` is deduplicate-first on
+/// a bounded input.
 pub const SUPPORTED_ACTIONS: &[&str] = &[
     "dtcs:filter",
-    "dtcs:select",
     "dtcs:project",
     "dtcs:with_fields",
     "dtcs:drop_fields",
     "dtcs:rename_fields",
-    "dtcs:lowercase",
-    "dtcs:uppercase",
-    "dtcs:trim",
     "dtcs:join",
     "dtcs:union",
     "dtcs:aggregate",
-    "dtcs:group",
     "dtcs:sort",
     "dtcs:limit",
     "dtcs:distinct",

@@ -15,7 +15,7 @@
 //! | `kafka://<servers>/<topic>` | `kafka` | `kafka` | yes | yes | append, update | transactional (exactly-once with a transactional Kafka broker); `transactions=false`: plain append |
 //! | `delta://<path>` | `delta` | `delta` | yes | yes | append, update (`mode=merge`), complete | idempotent by batch id (Delta `txn` app id = query id, version = batch id) |
 //!
-//! [`quarantine::QuarantineWriter`] (always built) writes rejected records as JSON lines.
+//! The quarantine output is the runtime's (`etlantic_runtime::quarantine`), not a sink.
 //!
 //! `docs/connectors.md` gives each connector's binding, commit protocol and what its tests
 //! show (and cannot show).
@@ -44,7 +44,6 @@ pub mod iceberg_store;
 pub mod kafka;
 #[cfg(feature = "memory")]
 pub mod memory;
-pub mod quarantine;
 #[cfg(feature = "sql")]
 pub mod sql;
 

@@ -253,18 +253,14 @@ fn describe_target(uri: &BindingUri) -> String {
     format!("{}://{loc}", uri.scheme)
 }
 
-/// The provider of `postgres://` sources.
+/// The provider of `postgres://` (and `postgresql://`) sources.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PostgresSourceProvider;
-/// The provider of `postgresql://` sources (the same source as `postgres://`).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct PostgresqlSourceProvider;
 /// The provider of `sqlite://` sources.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SqliteSourceProvider;
 
 inventory::submit! { SourceRegistration(&PostgresSourceProvider) }
-inventory::submit! { SourceRegistration(&PostgresqlSourceProvider) }
 inventory::submit! { SourceRegistration(&SqliteSourceProvider) }
 
 fn capabilities(uri: &BindingUri) -> Result<SourceCapabilities> {
@@ -321,24 +317,8 @@ impl SourceProvider for PostgresSourceProvider {
     fn scheme(&self) -> &'static str {
         "postgres"
     }
-    fn description(&self) -> &'static str {
-        PG_DESCRIPTION
-    }
-    fn capabilities(&self, uri: &BindingUri) -> Result<SourceCapabilities> {
-        capabilities(uri)
-    }
-    fn create(&self, ctx: SourceContext) -> Result<Box<dyn Source>> {
-        Ok(Box::new(SqlSource::new(ctx)?))
-    }
-}
-
-impl SourceProvider for PostgresqlSourceProvider {
-    fn options(&self) -> &'static [BindingOption] {
-        OPTIONS
-    }
-
-    fn scheme(&self) -> &'static str {
-        "postgresql"
+    fn aliases(&self) -> &'static [&'static str] {
+        &["postgresql"]
     }
     fn description(&self) -> &'static str {
         PG_DESCRIPTION

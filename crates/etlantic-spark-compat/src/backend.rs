@@ -249,10 +249,13 @@ pub fn endpoint_url(uri: &etlantic_core::uri::BindingUri) -> Result<String> {
     Ok(url)
 }
 
+/// The name regions and profiles give the Spark backend.
+pub const BACKEND_NAME: &str = "spark";
+
 #[async_trait]
 impl Backend for SparkBackend {
     fn name(&self) -> &'static str {
-        "spark"
+        BACKEND_NAME
     }
 
     fn capabilities(&self) -> BackendCapabilities {

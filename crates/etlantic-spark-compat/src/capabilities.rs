@@ -12,10 +12,9 @@
 use etlantic_core::ir::action::{DEDUP_WITHIN_WATERMARK, WINDOW_AGGREGATE};
 use etlantic_core::plugin::{BackendCapabilities, RegionKind, StreamingSupport};
 
-/// Actions (aliases the IR decodes included).
+/// Actions, canonical (aliases are matched through `etlantic_core::ir::canonical_action_id`).
 pub const ACTIONS: &[&str] = &[
     "dtcs:filter",
-    "dtcs:select",
     "dtcs:project",
     "dtcs:with_fields",
     "dtcs:drop_fields",
@@ -23,7 +22,6 @@ pub const ACTIONS: &[&str] = &[
     "dtcs:join",
     "dtcs:union",
     "dtcs:aggregate",
-    "dtcs:group",
     "dtcs:sort",
     "dtcs:limit",
     "dtcs:distinct",
@@ -78,7 +76,6 @@ pub const STREAMING_ACTIONS: &[&str] = &[
     WINDOW_AGGREGATE,
     DEDUP_WITHIN_WATERMARK,
     "dtcs:filter",
-    "dtcs:select",
     "dtcs:project",
     "dtcs:with_fields",
     "dtcs:drop_fields",
@@ -86,7 +83,6 @@ pub const STREAMING_ACTIONS: &[&str] = &[
     "dtcs:join",
     "dtcs:union",
     "dtcs:aggregate",
-    "dtcs:group",
     "dtcs:distinct",
     "dtcs:deduplicate",
 ];

@@ -20,5 +20,6 @@ pub mod convert;
 pub mod expr;
 pub mod local;
 pub mod streaming;
+pub mod whole_query;
 
 pub use backend::SparkBackend;

@@ -197,12 +197,9 @@ impl FileLocation {
             // ETLantic's CSV files have a header line unless the binding says otherwise.
             options.push(("header", "true".into()));
         }
-        let p = Path::new(&uri.location);
-        let path = if p.is_absolute() {
-            p.display().to_string()
-        } else {
-            root.join(p).display().to_string()
-        };
+        let path = etlantic_core::uri::located(root, &uri.location)
+            .display()
+            .to_string();
         Ok(FileLocation {
             format,
             path,
@@ -672,6 +669,7 @@ impl SparkStreamingQuery {
             });
             if let Some((id, _)) = id {
                 source["description"] = serde_json::json!(format!("{id} {description}"));
+                source["sourceId"] = serde_json::json!(id);
             }
         }
         r
@@ -777,6 +775,59 @@ mod tests {
             "sources": [{"startOffset": {"logOffset": 2}, "endOffset": {"logOffset": 2}}],
         });
         assert_eq!(progress_record(&idle, "/tmp/ck")["kind"], "no_data");
+    }
+
+    /// A record as Spark 4 writes it reads as a typed progress record, keeping the
+    /// members ETLantic has no field for.
+    #[test]
+    fn a_full_spark_record_reads_as_a_typed_progress_record() {
+        let spark = json!({
+            "id": "7b0c1f2e-0000-4000-8000-000000000001",
+            "runId": "7b0c1f2e-0000-4000-8000-000000000002",
+            "name": null,
+            "timestamp": "2024-01-01T00:00:05.000Z",
+            "batchId": 1,
+            "batchDuration": 412,
+            "numInputRows": 6,
+            "inputRowsPerSecond": 0.0,
+            "processedRowsPerSecond": 14.56,
+            "durationMs": {"addBatch": 300, "getBatch": 2, "latestOffset": 10,
+                           "queryPlanning": 20, "triggerExecution": 412, "walCommit": 30},
+            "eventTime": {"avg": "2024-01-01T00:00:03.000Z", "max": "2024-01-01T00:00:04.000Z",
+                          "min": "2024-01-01T00:00:01.000Z", "watermark": "1970-01-01T00:00:00.000Z"},
+            "stateOperators": [{
+                "operatorName": "stateStoreSave", "numRowsTotal": 2, "numRowsUpdated": 2,
+                "allUpdatesTimeMs": 40, "numRowsRemoved": 0, "allRemovalsTimeMs": 0,
+                "commitTimeMs": 60, "memoryUsedBytes": 1024, "numRowsDroppedByWatermark": 0,
+                "numShufflePartitions": 1, "numStateStoreInstances": 1,
+                "customMetrics": {"SnapshotLastUploaded.partition_0_default": -1,
+                                  "loadedMapCacheHitCount": 0, "loadedMapCacheMissCount": 0,
+                                  "stateOnCurrentVersionSizeBytes": 500}
+            }],
+            "sources": [{
+                "description": "FileStreamSource[file:/tmp/in]",
+                "startOffset": null, "endOffset": {"logOffset": 0},
+                "latestOffset": null, "numInputRows": 6,
+                "inputRowsPerSecond": 0.0, "processedRowsPerSecond": 14.56,
+                "metrics": {}
+            }],
+            "sink": {"description": "FileSink[file:/tmp/out]", "numOutputRows": -1, "metrics": {}},
+            "observedMetrics": {}
+        });
+        let mut r = progress_record(&spark, "/tmp/ck");
+        r["sources"][0]["sourceId"] = json!("clicks");
+        let p = etlantic_runtime::progress::QueryProgress::from_json(&r).unwrap();
+        assert_eq!(
+            (p.batch_id, p.num_input_rows, p.sink.num_output_rows),
+            (1, 6, -1)
+        );
+        assert_eq!(p.source("clicks").map(|s| s.num_input_rows), Some(6));
+        assert_eq!(
+            p.state_operators[0].custom_metrics["stateOnCurrentVersionSizeBytes"],
+            500
+        );
+        assert_eq!(p.extra["backend"], "spark");
+        assert_eq!(p.to_json()["stateOperators"][0]["commitTimeMs"], 60);
     }
 
     #[test]

@@ -635,12 +635,7 @@ impl Backend for SqlBackend {
                 Ok(Arc::new(b))
             }
             (Dialect::Sqlite, "sqlite") => {
-                let p = PathBuf::from(&uri.location);
-                let path = if p.is_absolute() {
-                    p
-                } else {
-                    location.root.join(p)
-                };
+                let path = etlantic_core::uri::located(&location.root, &uri.location);
                 let mut b = SqlBackend::sqlite_file(path);
                 b.in_place = location.tables.clone().into_iter().collect();
                 Ok(Arc::new(b))

@@ -4,22 +4,20 @@
 use crate::dialect::Dialect;
 use etlantic_core::plugin::{BackendCapabilities, RegionKind};
 
-/// Actions both dialects compile (aliases the IR decodes included). `dtcs:lowercase`
-/// and `dtcs:uppercase` are not declared: DTCS case mapping is full Unicode (`ß` →
-/// `SS`), SQLite maps ASCII only and PostgreSQL maps character by character by the
-/// database's locale.
+/// Actions both dialects compile, canonical (aliases are matched through
+/// `etlantic_core::ir::canonical_action_id`). The field actions `dtcs:lowercase` and
+/// `dtcs:uppercase` are assignments of `dtcs:lower`/`dtcs:upper`, which are not
+/// declared: DTCS case mapping is full Unicode (`ß` → `SS`), SQLite maps ASCII only and
+/// PostgreSQL maps character by character by the database's locale.
 pub const ACTIONS: &[&str] = &[
     "dtcs:filter",
-    "dtcs:select",
     "dtcs:project",
     "dtcs:with_fields",
     "dtcs:drop_fields",
     "dtcs:rename_fields",
-    "dtcs:trim",
     "dtcs:join",
     "dtcs:union",
     "dtcs:aggregate",
-    "dtcs:group",
     "dtcs:sort",
     "dtcs:limit",
     "dtcs:distinct",

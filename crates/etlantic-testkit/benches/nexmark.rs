@@ -31,8 +31,8 @@ use datafusion::prelude::SessionContext;
 use etlantic_core::plugin::{ReadLimit, Source, SourceContext};
 use etlantic_core::streaming::{ExecutionMode, OutputMode};
 use etlantic_core::uri::BindingUri;
-use etlantic_datafusion::streaming::{StreamingOptions, StreamingQuery};
 use etlantic_plan::Project;
+use etlantic_runtime::{StreamingOptions, StreamingQuery};
 use etlantic_sources::nexmark::NexmarkSource;
 use etlantic_testkit::nexmark::{profile, realtime_profile, Query, QUERIES};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
@@ -151,6 +151,7 @@ fn plan(dir: &std::path::Path, q: &Query, profile: &str) -> etlantic_plan::Pipel
     std::fs::write(dir.join("profile.yaml"), profile).expect("write");
     let project = Project::load(&dir.join("pipeline.yaml"), Some(&dir.join("profile.yaml")))
         .expect("the query loads");
+    etlantic_datafusion::link();
     etlantic_plan::plan(&project)
         .into_result()
         .expect("the query plans")
@@ -328,9 +329,11 @@ fn paced(
     let listener = progress.clone();
     let mut opts = StreamingOptions::new(dir.path(), dir.path().join("chk"));
     opts.background_snapshots = background_snapshots;
-    opts.on_progress = Some(Arc::new(move |p: &serde_json::Value| {
-        listener.lock().expect("not poisoned").push(p.clone());
-    }));
+    opts.on_progress = Some(Arc::new(
+        move |p: &etlantic_runtime::progress::QueryProgress| {
+            listener.lock().expect("not poisoned").push(p.to_json());
+        },
+    ));
     let stop = opts.stop.clone();
     rt.block_on(async {
         let mut query = StreamingQuery::start(&plan, opts)

@@ -304,13 +304,13 @@ pub fn kafka_value(data: &[u8]) {
 pub fn batch_log(data: &[u8]) {
     let root = scratch();
     write(&root.join("log/0.log"), data);
-    if let Ok(log) = etlantic_datafusion::streaming::batch_log::BatchLog::open(root.join("log")) {
+    if let Ok(log) = etlantic_runtime::checkpoint::batch_log::BatchLog::open(root.join("log")) {
         for b in 0..=log.latest_offsets().unwrap_or(0).min(1000) {
             let _ = log.offsets(b);
             let _ = log.commit(b);
         }
     }
-    let _ = etlantic_datafusion::streaming::batch_log::read_all(&root.join("log"));
+    let _ = etlantic_runtime::checkpoint::batch_log::read_all(&root.join("log"));
 }
 
 /// A checkpoint's state log segment.
@@ -318,14 +318,14 @@ pub fn state_log(data: &[u8]) {
     let root = scratch();
     write(&root.join("state-changes/0.log"), data);
     let dir = root.join("state-changes");
-    if let Ok(versions) = etlantic_datafusion::streaming::state_log::logged_versions(&dir) {
+    if let Ok(versions) = etlantic_runtime::checkpoint::state_log::logged_versions(&dir) {
         for (op, vs) in versions.iter().take(16) {
             for v in vs.iter().take(64) {
-                let _ = etlantic_datafusion::streaming::state_log::read_logged(&dir, op, *v);
+                let _ = etlantic_runtime::checkpoint::state_log::read_logged(&dir, op, *v);
             }
         }
     }
-    let _ = etlantic_datafusion::streaming::state_log::StateLog::open(dir, root.join("state"));
+    let _ = etlantic_runtime::checkpoint::state_log::StateLog::open(dir, root.join("state"));
 }
 
 /// A whole state snapshot file, read and restored into a window aggregation and a dedup.
@@ -333,7 +333,7 @@ pub fn state_snapshot(data: &[u8]) {
     use etlantic_datafusion::streaming::operators::StatefulOperator;
     let root = scratch();
     write(&root.join("state/agg/1.arrow"), data);
-    let Ok(checkpoint) = etlantic_datafusion::streaming::checkpoint::Checkpoint::open(&root) else {
+    let Ok(checkpoint) = etlantic_runtime::checkpoint::Checkpoint::open(&root) else {
         return;
     };
     let Ok(Some(state)) = checkpoint.read_state("agg", 1) else {
@@ -539,12 +539,13 @@ fn checkpoint_seeds(target: &str) -> Vec<Vec<u8>> {
         Some(&root.join("profile.yaml")),
     )
     .expect("the seed project loads");
+    etlantic_datafusion::link();
     let plan = etlantic_plan::plan(&project)
         .into_result()
         .expect("the seed project plans");
-    let opts = etlantic_datafusion::streaming::StreamingOptions::new(&root, root.join("chk"));
+    let opts = etlantic_runtime::StreamingOptions::new(&root, root.join("chk"));
     block_on(async {
-        let mut q = etlantic_datafusion::streaming::StreamingQuery::start(&plan, opts)
+        let mut q = etlantic_runtime::StreamingQuery::start(&plan, opts)
             .await
             .expect("the seed query starts");
         q.run().await.expect("the seed query runs");
@@ -561,8 +562,8 @@ fn checkpoint_seeds(target: &str) -> Vec<Vec<u8>> {
             // The window aggregation's and the dedup's own snapshots, as whole files.
             use etlantic_datafusion::streaming::operators::StatefulOperator;
             let chk = root.join("snapshots");
-            let checkpoint = etlantic_datafusion::streaming::checkpoint::Checkpoint::open(&chk)
-                .expect("a checkpoint");
+            let checkpoint =
+                etlantic_runtime::checkpoint::Checkpoint::open(&chk).expect("a checkpoint");
             let agg = window_aggregation().expect("the aggregation");
             let dedup = etlantic_datafusion::streaming::operators::DedupOperator::new(
                 decoder_schema(),

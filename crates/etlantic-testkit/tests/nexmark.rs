@@ -9,8 +9,8 @@ use datafusion::prelude::SessionContext;
 use etlantic_core::plugin::{ReadLimit, Source, SourceContext};
 use etlantic_core::streaming::ExecutionMode;
 use etlantic_core::uri::BindingUri;
-use etlantic_datafusion::streaming::{StreamingOptions, StreamingQuery};
 use etlantic_plan::Project;
+use etlantic_runtime::{StreamingOptions, StreamingQuery};
 use etlantic_sinks::memory::MemorySink;
 use etlantic_sources::nexmark::NexmarkSource;
 use etlantic_testkit::nexmark::{profile_spaced, Query, QUERIES};
@@ -80,6 +80,7 @@ async fn run(q: &Query) -> (Vec<String>, Vec<String>, Option<u64>) {
         Some(&dir.path().join("profile.yaml")),
     )
     .unwrap_or_else(|e| panic!("{}: {e}", q.name));
+    etlantic_datafusion::link();
     let plan = etlantic_plan::plan(&project)
         .into_result()
         .unwrap_or_else(|e| panic!("{}: {e}", q.name));

@@ -26,6 +26,7 @@ fn measured(name: &str, edit: impl FnOnce(&mut Value)) -> BTreeMap<String, Optio
     let sp = scenario_pipeline(&s, "wr").expect("the scenario maps to a pipeline");
     let dir = tempfile::tempdir().unwrap();
     let project = etlantic_plan::Project::from_parts(dir.path(), sp.pipeline, sp.profile);
+    etlantic_datafusion::link();
     let plan = etlantic_plan::plan(&project)
         .into_result()
         .expect("the scenario plans");
@@ -164,6 +165,7 @@ fn conjunctions(transforms: &str, sinks: &str) -> BTreeMap<String, Dnf> {
     let profile = etlantic_core::profile::Profile::from_yaml(PROFILE, "profile.yaml").unwrap();
     let dir = tempfile::tempdir().unwrap();
     let project = etlantic_plan::Project::from_parts(dir.path(), pipeline, profile);
+    etlantic_datafusion::link();
     let plan = match etlantic_plan::plan(&project).into_result() {
         Ok(p) => p,
         Err(e) => panic!("the pipeline plans: {e}"),
@@ -366,6 +368,7 @@ fn explain_says_where_each_watermark_is_measured() {
     let sp = scenario_pipeline(&s, "wr").unwrap();
     let dir = tempfile::tempdir().unwrap();
     let project = etlantic_plan::Project::from_parts(dir.path(), sp.pipeline, sp.profile);
+    etlantic_datafusion::link();
     let plan = etlantic_plan::plan(&project).into_result().unwrap();
     let text = etlantic_plan::explain::explain_text(&plan);
     assert!(

@@ -182,9 +182,11 @@ fn main() {
         &p,
         &ctx,
         etlantic::run::StreamingRun {
-            on_progress: Some(Arc::new(move |v: &Value| {
-                sink.lock().expect("lock").push(v.clone())
-            })),
+            on_progress: Some(Arc::new(
+                move |p: &etlantic_runtime::progress::QueryProgress| {
+                    sink.lock().expect("lock").push(p.to_json())
+                },
+            )),
             stop: Default::default(),
             max_batches: None,
         },

@@ -208,9 +208,11 @@ async fn stream(events: u64, per_batch: u64, work: &std::path::Path) -> Value {
         &p,
         &ctx,
         etlantic::run::StreamingRun {
-            on_progress: Some(Arc::new(move |v: &Value| {
-                sink.lock().expect("progress").push(v.clone())
-            })),
+            on_progress: Some(Arc::new(
+                move |p: &etlantic_runtime::progress::QueryProgress| {
+                    sink.lock().expect("progress").push(p.to_json())
+                },
+            )),
             stop: Default::default(),
             max_batches: None,
         },

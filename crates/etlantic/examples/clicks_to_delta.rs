@@ -15,6 +15,7 @@
 
 use etlantic::plan::{plan, Project};
 use etlantic_core::streaming::{Duration as Every, Trigger};
+use etlantic_runtime::progress::QueryProgress;
 use rdkafka::config::ClientConfig;
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
@@ -95,16 +96,18 @@ fn run(
         plan,
         &ctx,
         etlantic::run::StreamingRun {
-            on_progress: Some(std::sync::Arc::new(|p: &serde_json::Value| {
-                let dropped: u64 = p["stateOperators"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|o| o["numRowsDroppedByWatermark"].as_u64())
+            on_progress: Some(std::sync::Arc::new(|p: &QueryProgress| {
+                let dropped: u64 = p
+                    .state_operators
+                    .iter()
+                    .map(|o| o.num_rows_dropped_by_watermark)
                     .sum();
                 println!(
                     "  batch {:>2}: {} rows in, {} late rows dropped, watermark {}",
-                    p["batchId"], p["numInputRows"], dropped, p["eventTime"]["watermark"]
+                    p.batch_id,
+                    p.num_input_rows,
+                    dropped,
+                    p.event_time.watermark.as_deref().unwrap_or("-")
                 )
             })),
             stop: Default::default(),

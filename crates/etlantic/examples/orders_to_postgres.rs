@@ -186,7 +186,7 @@ fn main() -> anyhow::Result<()> {
         println!("  {start:<28} {region:<7} {n:>6} {revenue:>8.2} {avg:>10.3}  {tier}");
     }
     println!("quarantine (out/quarantine.jsonl):");
-    for q in etlantic_sinks::quarantine::read_quarantine(work.join("out/quarantine.jsonl"))
+    for q in etlantic_runtime::quarantine::read_quarantine(work.join("out/quarantine.jsonl"))
         .unwrap_or_default()
     {
         println!("  {} {} at {}", q["code"], q["reason"], q["position"]);

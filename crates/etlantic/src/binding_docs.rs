@@ -39,12 +39,16 @@ pub fn binding_options_markdown() -> String {
     let mut sources: Vec<_> = source_providers().collect();
     sources.sort_by_key(|p| p.scheme());
     for p in sources {
-        add("source", p.scheme(), p.description(), p.options());
+        for scheme in std::iter::once(p.scheme()).chain(p.aliases().iter().copied()) {
+            add("source", scheme, p.description(), p.options());
+        }
     }
     let mut sinks: Vec<_> = sink_providers().collect();
     sinks.sort_by_key(|p| p.scheme());
     for p in sinks {
-        add("sink", p.scheme(), p.description(), p.options());
+        for scheme in std::iter::once(p.scheme()).chain(p.aliases().iter().copied()) {
+            add("sink", scheme, p.description(), p.options());
+        }
     }
     let mut out = String::new();
     for g in &groups {

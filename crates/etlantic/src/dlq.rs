@@ -1,6 +1,6 @@
 //! `etlantic dlq`: inspecting the quarantine (dead-letter) output.
 //!
-//! The quarantine is a JSON-lines file (see [`etlantic_sinks::quarantine`]); each line
+//! The quarantine is a JSON-lines file (see [`etlantic_runtime::quarantine`]); each line
 //! names its code, reason, field, source position, raw record, run, and in streaming runs
 //! the query and micro-batch. [`summarise`] groups the lines by query, batch, code and
 //! the quality rules their reasons name; [`select`] filters them for `dlq show`.
@@ -17,12 +17,7 @@ use std::path::{Path, PathBuf};
 /// project directory).
 pub fn quarantine_file(project: &Project) -> Result<PathBuf> {
     let uri = BindingUri::parse(project.profile.quarantine_uri())?;
-    let path = PathBuf::from(&uri.location);
-    Ok(if path.is_absolute() {
-        path
-    } else {
-        project.root.join(path)
-    })
+    Ok(etlantic_core::uri::located(&project.root, &uri.location))
 }
 
 /// The quarantine's lines; an absent file has none.
@@ -30,7 +25,7 @@ pub fn read(path: &Path) -> Result<Vec<Value>> {
     if !path.exists() {
         return Ok(Vec::new());
     }
-    etlantic_sinks::quarantine::read_quarantine(path)
+    etlantic_runtime::quarantine::read_quarantine(path)
 }
 
 /// The quality rule ids a line's reason names (`rule `<id>``), in order.

@@ -38,6 +38,7 @@ pub mod scaffold;
 pub use etlantic_core as core;
 pub use etlantic_datafusion as datafusion;
 pub use etlantic_plan as plan;
+pub use etlantic_runtime as runtime;
 pub use etlantic_sinks as sinks;
 pub use etlantic_sources as sources;
 
@@ -55,6 +56,10 @@ pub use etlantic_sql as sql;
 /// that the facade never names directly could silently be missing. The `etlantic` binary
 /// calls this at start; a program embedding the facade may do the same.
 pub fn link_plugins() {
+    // The embedded engine registers with the runtime, which names no engine.
+    etlantic_datafusion::link();
+    #[cfg(feature = "spark")]
+    std::hint::black_box(&etlantic_spark_compat::whole_query::SparkWholeQuery);
     #[cfg(feature = "kafka")]
     {
         std::hint::black_box(&etlantic_sources::kafka::KafkaSourceProvider);
@@ -70,10 +75,8 @@ pub fn link_plugins() {
     #[cfg(feature = "sql")]
     {
         std::hint::black_box(&etlantic_sources::sql::PostgresSourceProvider);
-        std::hint::black_box(&etlantic_sources::sql::PostgresqlSourceProvider);
         std::hint::black_box(&etlantic_sources::sql::SqliteSourceProvider);
         std::hint::black_box(&etlantic_sinks::sql::PostgresSinkProvider);
-        std::hint::black_box(&etlantic_sinks::sql::PostgresqlSinkProvider);
         std::hint::black_box(&etlantic_sinks::sql::SqliteSinkProvider);
     }
 }

@@ -323,6 +323,11 @@ fn runtime() -> tokio::runtime::Runtime {
 fn main() {
     etlantic::link_plugins();
     etlantic_core::untrusted::quiet_guarded_panics();
+    // Two linked plugins claiming one scheme or name would make lookups ambiguous.
+    if let Err(e) = etlantic_core::plugin::check_registry() {
+        eprintln!("{e}");
+        std::process::exit(etlantic::exit::for_error(&e));
+    }
     let cli = Cli::parse();
     std::process::exit(match cli.command {
         Command::Init { dir } => match etlantic::scaffold::init(&dir) {
@@ -665,11 +670,15 @@ fn main() {
             }
             println!("Sources:");
             for s in etlantic_core::plugin::source_providers() {
-                println!("  {:<12} {}", format!("{}://", s.scheme()), s.description());
+                for scheme in std::iter::once(s.scheme()).chain(s.aliases().iter().copied()) {
+                    println!("  {:<12} {}", format!("{scheme}://"), s.description());
+                }
             }
             println!("Sinks:");
             for s in etlantic_core::plugin::sink_providers() {
-                println!("  {:<12} {}", format!("{}://", s.scheme()), s.description());
+                for scheme in std::iter::once(s.scheme()).chain(s.aliases().iter().copied()) {
+                    println!("  {:<12} {}", format!("{scheme}://"), s.description());
+                }
             }
             println!("Stateful processors (process steps):");
             for p in etlantic_core::plugin::processors() {
@@ -698,30 +707,23 @@ fn run_plan(p: &PipelinePlan, root: &Path, format: Format, max_batches: Option<u
     let report = if p.profile.mode == etlantic_core::streaming::ExecutionMode::Streaming {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let human = matches!(format, Format::Human);
-        let on_progress: etlantic_datafusion::streaming::ProgressListener = std::sync::Arc::new(
-            move |v: &serde_json::Value| {
-                if human {
-                    let wm = v["eventTime"]["watermark"].as_str().unwrap_or("-");
-                    let state: u64 = v["stateOperators"]
-                        .as_array()
-                        .map(|a| a.iter().filter_map(|o| o["numRowsTotal"].as_u64()).sum())
-                        .unwrap_or(0);
-                    eprintln!(
+        let on_progress: etlantic_runtime::ProgressListener = std::sync::Arc::new(
+            move |p: &etlantic_runtime::progress::QueryProgress| {
+                if !human {
+                    eprintln!("{}", p.to_json());
+                    return;
+                }
+                let wm = p.event_time.watermark.as_deref().unwrap_or("-");
+                let state: u64 = p.state_operators.iter().map(|o| o.num_rows_total).sum();
+                eprintln!(
                     "batch {:>5} {:<7} in {:>6} rows  out {:>6} rows  quarantined {:>4}  late {:>4}  state {:>7} rows  watermark {wm}  {} ms",
-                    v["batchId"], v["kind"].as_str().unwrap_or(""), v["numInputRows"], v["sink"]["numOutputRows"],
-                    v["quarantinedRows"], v["lateRows"], state, v["batchDuration"]
+                    p.batch_id, p.kind, p.num_input_rows, p.sink.num_output_rows,
+                    p.quarantined_rows, p.late_rows, state, p.batch_duration
                 );
-                    for s in v["sources"].as_array().into_iter().flatten() {
-                        for l in s["dataLoss"].as_array().into_iter().flatten() {
-                            eprintln!(
-                                "warning: data loss in {}: {}",
-                                s["description"].as_str().unwrap_or(""),
-                                l["reason"].as_str().unwrap_or("")
-                            );
-                        }
+                for s in &p.sources {
+                    for l in &s.data_loss {
+                        eprintln!("warning: data loss in {}: {}", s.description, l.reason);
                     }
-                } else {
-                    eprintln!("{v}");
                 }
             },
         );

@@ -6,20 +6,23 @@
 //! plan itself, so a saved plan runs without the original files.
 
 use chrono::{SecondsFormat, Utc};
-use etlantic_core::data::{RejectedRecord, RowOrigins, Table};
+use etlantic_core::data::{RowOrigins, Table};
 use etlantic_core::diagnostics::{codes, Diagnostic, Error, Result};
 use etlantic_core::plugin::{
     self, ReadLimit, RegionLocation, SinkBatch, SinkContext, SourceContext, WriteOutcome,
 };
-use etlantic_core::profile::{resolve_secrets, OnError, Profile};
+use etlantic_core::profile::{resolve_secrets, Profile};
 use etlantic_core::streaming::ExecutionMode;
 use etlantic_core::uri::BindingUri;
-use etlantic_datafusion::quality::{QualityGate, RuleCount};
 use etlantic_plan::plan::PipelinePlan;
+use etlantic_runtime::progress::QueryProgress;
+use etlantic_runtime::quality::{QualityGate, RuleCount};
+use etlantic_runtime::quarantine::Quarantine;
+use etlantic_runtime::secrets::Scrubber;
 use indexmap::IndexMap;
 use serde::Serialize;
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 /// Counts for one source.
@@ -149,78 +152,22 @@ impl RunContext {
     fn resolve_uri(&self, text: &str) -> Result<BindingUri> {
         BindingUri::parse(&resolve_secrets(text, &self.secrets_profile)?)
     }
+
+    /// Hides the values of the secrets `plan` references.
+    fn scrubber(&self, plan: &PipelinePlan) -> Scrubber {
+        Scrubber::for_plan(plan, &|s| resolve_secrets(s, &self.secrets_profile))
+    }
 }
 
 /// The quarantine file, and how reports name it: the location as the plan writes it,
 /// with secret references unresolved.
 fn quarantine_path(plan: &PipelinePlan, ctx: &RunContext) -> Result<(PathBuf, String)> {
     let uri = ctx.resolve_uri(&plan.profile.quarantine)?;
-    let p = Path::new(&uri.location);
-    let abs = if p.is_absolute() {
-        p.to_path_buf()
-    } else {
-        ctx.root.join(p)
-    };
+    let abs = etlantic_core::uri::located(&ctx.root, &uri.location);
     let display = BindingUri::parse(&plan.profile.quarantine)
         .map(|u| u.location)
         .unwrap_or_else(|_| uri.location.clone());
     Ok((abs, display))
-}
-
-/// The resolved values of every secret a plan references, to be hidden from everything a
-/// run reports: a secret can end up in a path (`file://data/${env:TENANT}/orders.jsonl`)
-/// and from there in a record's position or an I/O error message.
-struct Scrubber(Vec<String>);
-
-impl Scrubber {
-    fn for_plan(plan: &PipelinePlan, ctx: &RunContext) -> Self {
-        let mut texts: Vec<&str> = plan.assets.values().map(|a| a.binding.as_str()).collect();
-        texts.push(&plan.profile.quarantine);
-        texts.extend(plan.profile.checkpoint.as_deref());
-        texts.extend(plan.profile.secrets.values().map(String::as_str));
-        texts.extend(plan.regions.iter().filter_map(|r| r.location.as_deref()));
-        let mut values: Vec<String> = Vec::new();
-        for text in texts {
-            let mut rest = text;
-            while let Some(start) = rest.find("${") {
-                let after = &rest[start..];
-                let Some(end) = after.find('}') else { break };
-                if let Ok(v) = resolve_secrets(&after[..=end], &ctx.secrets_profile) {
-                    if !v.is_empty() && !values.contains(&v) {
-                        values.push(v);
-                    }
-                }
-                rest = &after[end + 1..];
-            }
-        }
-        values.sort_by_key(|v| std::cmp::Reverse(v.len()));
-        Scrubber(values)
-    }
-
-    fn text(&self, s: &str) -> String {
-        let mut out = s.to_string();
-        for v in &self.0 {
-            if out.contains(v.as_str()) {
-                out = out.replace(v.as_str(), "***");
-            }
-        }
-        out
-    }
-
-    fn diagnostic(&self, mut d: Diagnostic) -> Diagnostic {
-        d.message = self.text(&d.message);
-        d.path = self.text(&d.path);
-        d.help = self.text(&d.help);
-        d.file = d.file.map(|f| self.text(&f));
-        d
-    }
-
-    /// The reason and position of a rejected record (the raw record is data, kept as read).
-    fn record(&self, mut r: RejectedRecord) -> RejectedRecord {
-        r.reason = self.text(&r.reason);
-        r.position.file = r.position.file.map(|f| self.text(&f));
-        r
-    }
 }
 
 /// A new run id.
@@ -248,7 +195,7 @@ pub async fn run_batch(plan: &PipelinePlan, ctx: &RunContext) -> RunReport {
         quality: vec![],
         errors: vec![],
     };
-    let scrub = Scrubber::for_plan(plan, ctx);
+    let scrub = ctx.scrubber(plan);
     if let Err(e) = run_batch_inner(plan, ctx, &run_id, &mut report, &scrub).await {
         report.status = "failed".into();
         report.errors = e.0 .0.into_iter().map(|d| scrub.diagnostic(d)).collect();
@@ -270,9 +217,10 @@ async fn run_batch_inner(
             "this plan is a streaming plan; run it with the streaming runtime",
         ));
     }
+    plugin::check_registry()?;
     let (qpath, qdisplay) = quarantine_path(plan, ctx)?;
     report.quarantine = qdisplay;
-    let mut quarantine: Option<etlantic_sinks::quarantine::QuarantineWriter> = None;
+    let mut quarantine = Quarantine::new(qpath, scrub.clone(), run_id, None, plan.profile.on_error);
     let mut relations: HashMap<String, Table> = HashMap::new();
 
     // 1. Sources (except tables an SQL region reads where they lie).
@@ -309,15 +257,7 @@ async fn run_batch_inner(
             None => Default::default(),
         };
         let mut rejected = batch.rejected.len() as u64;
-        if rejected > 0 {
-            let records: Vec<RejectedRecord> = batch
-                .rejected
-                .iter()
-                .map(|r| scrub.record(r.clone()))
-                .collect();
-            handle_rejects(plan, &records, &qpath, &mut quarantine, run_id)?;
-            report.quarantined += rejected;
-        }
+        report.quarantined += quarantine.write(&batch.rejected, None, &mut HashMap::new(), true)?;
         let origins = batch.origins;
         let data_loss = batch.lost;
         let mut table = Table::new(source.schema(), batch.batches);
@@ -329,15 +269,7 @@ async fn run_batch_inner(
             source.checks_record_rules(),
         )?;
         if let Some(gate) = gate {
-            let taken = apply_gate(
-                &gate,
-                table,
-                &origins,
-                report,
-                (&qpath, &mut quarantine, run_id),
-                scrub,
-            )
-            .await?;
+            let taken = apply_gate(&gate, table, &origins, report, &mut quarantine).await?;
             table = taken.0;
             rejected += taken.1;
         }
@@ -433,8 +365,7 @@ async fn run_batch_inner(
                 table,
                 &RowOrigins::default(),
                 report,
-                (&qpath, &mut quarantine, run_id),
-                scrub,
+                &mut quarantine,
             )
             .await?
             .0;
@@ -486,16 +417,8 @@ async fn run_batch_inner(
             rows_unknown: false,
         });
     }
-    drop(quarantine);
     Ok(())
 }
-
-/// The quarantine file, its writer (opened on first use) and the run id.
-type QuarantineOut<'a> = (
-    &'a Path,
-    &'a mut Option<etlantic_sinks::quarantine::QuarantineWriter>,
-    &'a str,
-);
 
 /// Runs a quality gate on a whole input of a batch run (row positions from `origins`):
 /// counts its rules in the report and quarantines what its quarantine policies took out
@@ -506,82 +429,22 @@ async fn apply_gate(
     table: Table,
     origins: &RowOrigins,
     report: &mut RunReport,
-    (qpath, quarantine, run_id): QuarantineOut<'_>,
-    scrub: &Scrubber,
+    quarantine: &mut Quarantine,
 ) -> Result<(Table, u64)> {
     let out = gate.apply_at(table, origins).await?;
     for c in &out.counts {
         QualityReport::add(&mut report.quality, gate.asset(), c);
     }
-    let n = out.quarantined.len() as u64;
-    if n > 0 {
-        let records: Vec<RejectedRecord> = out
-            .quarantined
-            .into_iter()
-            .map(|r| scrub.record(r))
-            .collect();
-        write_quarantine(&records, qpath, quarantine, run_id)?;
-        report.quarantined += n;
-    }
+    let n = quarantine.write(&out.quarantined, None, &mut HashMap::new(), false)?;
+    report.quarantined += n;
     Ok((out.table, n))
-}
-
-fn handle_rejects(
-    plan: &PipelinePlan,
-    rejected: &[RejectedRecord],
-    path: &Path,
-    writer: &mut Option<etlantic_sinks::quarantine::QuarantineWriter>,
-    run_id: &str,
-) -> Result<()> {
-    if plan.profile.on_error == OnError::Fail {
-        let mut d = etlantic_core::Diagnostics::new();
-        d.push(Diagnostic::new(
-            &codes::BAD_RECORDS_FAIL,
-            format!(
-                "{} record(s) broke their contract and the policy is `fail`",
-                rejected.len()
-            ),
-        ));
-        for r in rejected.iter().take(20) {
-            let mut diag = Diagnostic::new(
-                codes::lookup(&r.code).unwrap_or(&codes::RECORD_UNPARSABLE),
-                format!("{}: {}", r.position, r.reason),
-            );
-            if let Some(f) = &r.position.file {
-                diag = diag.in_file(f.clone());
-            }
-            if let Some(l) = r.position.line {
-                diag = diag.on_line(l);
-            }
-            d.push(diag);
-        }
-        return Err(Error(d));
-    }
-    write_quarantine(rejected, path, writer, run_id)
-}
-
-/// Appends records to the quarantine file, opening it on first use.
-fn write_quarantine(
-    rejected: &[RejectedRecord],
-    path: &Path,
-    writer: &mut Option<etlantic_sinks::quarantine::QuarantineWriter>,
-    run_id: &str,
-) -> Result<()> {
-    if writer.is_none() {
-        *writer = Some(etlantic_sinks::quarantine::QuarantineWriter::open(path)?);
-    }
-    writer
-        .as_mut()
-        .expect("opened")
-        .write(run_id, None, rejected)
-        .map(|_| ())
 }
 
 /// Options of a streaming run; the default runs until the trigger finishes (or forever).
 #[derive(Default)]
 pub struct StreamingRun {
     /// Called with every progress record (e.g. to print it live).
-    pub on_progress: Option<etlantic_datafusion::streaming::ProgressListener>,
+    pub on_progress: Option<etlantic_runtime::ProgressListener>,
     /// Set to stop a processing-time query after the current micro-batch.
     pub stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Stop a processing-time query after this many micro-batches.
@@ -616,75 +479,64 @@ pub async fn run_streaming(plan: &PipelinePlan, ctx: &RunContext, run: Streaming
     )));
     let quality_totals = std::sync::Arc::new(std::sync::Mutex::new(Vec::<QualityReport>::new()));
     let sink_rows_unknown = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let result: Result<()> =
-        async {
-            let checkpoint = checkpoint_dir(plan, ctx)?;
-            let resolver_ctx = ctx.clone();
-            let t = totals.clone();
-            let quality = quality_totals.clone();
-            let unknown = sink_rows_unknown.clone();
-            let user = run.on_progress.clone();
-            let listener: etlantic_datafusion::streaming::ProgressListener =
-                std::sync::Arc::new(move |p: &serde_json::Value| {
-                    if let Ok(mut g) = t.lock() {
-                        for s in p["sources"].as_array().into_iter().flatten() {
-                            let id = s["description"]
-                                .as_str()
-                                .unwrap_or("")
-                                .split(' ')
-                                .next()
-                                .unwrap_or("")
-                                .to_string();
-                            *g.0.entry(id.clone()).or_default() +=
-                                s["numInputRows"].as_u64().unwrap_or(0);
-                            if let Ok(lost) = serde_json::from_value::<
-                                Vec<etlantic_core::data::DataLoss>,
-                            >(s["dataLoss"].clone())
-                            {
-                                g.3.entry(id).or_default().extend(lost);
-                            }
-                        }
-                        g.1 += p["sink"]["numOutputRows"].as_u64().unwrap_or(0);
-                        if p["sink"]["numOutputRows"].as_i64().is_some_and(|n| n < 0) {
-                            unknown.store(true, std::sync::atomic::Ordering::Relaxed);
-                        }
-                        g.2 += p["quarantinedRows"].as_u64().unwrap_or(0);
+    let result: Result<()> = async {
+        let checkpoint = checkpoint_dir(plan, ctx)?;
+        let t = totals.clone();
+        let quality = quality_totals.clone();
+        let unknown = sink_rows_unknown.clone();
+        let user = run.on_progress.clone();
+        let listener: etlantic_runtime::ProgressListener =
+            std::sync::Arc::new(move |p: &QueryProgress| {
+                if let Ok(mut g) = t.lock() {
+                    for s in &p.sources {
+                        let Some(id) = s.source_id.clone() else {
+                            continue;
+                        };
+                        *g.0.entry(id.clone()).or_default() += s.num_input_rows;
+                        g.3.entry(id)
+                            .or_default()
+                            .extend(s.data_loss.iter().cloned());
                     }
-                    if let Ok(mut q) = quality.lock() {
-                        for c in p["quality"].as_array().into_iter().flatten() {
-                            let Ok(count) = serde_json::from_value::<RuleCount>(c.clone()) else {
-                                continue;
-                            };
-                            QualityReport::add(
-                                &mut q,
-                                c["asset"].as_str().unwrap_or_default(),
-                                &count,
-                            );
-                        }
+                    if p.sink.num_output_rows < 0 {
+                        unknown.store(true, std::sync::atomic::Ordering::Relaxed);
+                    } else {
+                        g.1 += p.sink.num_output_rows as u64;
                     }
-                    if let Some(u) = &user {
-                        u(p);
+                    g.2 += p.quarantined_rows;
+                }
+                if let Ok(mut q) = quality.lock() {
+                    for c in &p.quality {
+                        QualityReport::add(&mut q, &c.asset, &c.count);
                     }
-                });
-            if let Some(region) = whole_query_region(plan) {
-                return run_whole_query(plan, ctx, region, checkpoint, listener, &run)
-                    .await
-                    .map(|run_id| report.run_id = run_id);
-            }
-            let mut opts =
-                etlantic_datafusion::streaming::StreamingOptions::new(ctx.root.clone(), checkpoint);
-            opts.resolve =
-                std::sync::Arc::new(move |s| resolve_secrets(s, &resolver_ctx.secrets_profile));
-            opts.on_progress = Some(listener);
-            opts.stop = run.stop.clone();
-            opts.max_batches = run.max_batches;
-            let mut q = etlantic_datafusion::streaming::StreamingQuery::start(plan, opts).await?;
-            report.run_id = q.run_id().to_string();
-            q.run().await
+                }
+                if let Some(u) = &user {
+                    u(p);
+                }
+            });
+        if let Some(region) = etlantic_runtime::whole_query::region_of(plan) {
+            let opts = etlantic_runtime::whole_query::WholeQueryOptions {
+                root: ctx.root.clone(),
+                checkpoint,
+                resolve: resolver(ctx),
+                stop: run.stop.clone(),
+                max_batches: run.max_batches,
+            };
+            return etlantic_runtime::whole_query::run(plan, region, opts, Some(listener))
+                .await
+                .map(|run_id| report.run_id = run_id);
         }
-        .await;
+        let mut opts = etlantic_runtime::StreamingOptions::new(ctx.root.clone(), checkpoint);
+        opts.resolve = resolver(ctx);
+        opts.on_progress = Some(listener);
+        opts.stop = run.stop.clone();
+        opts.max_batches = run.max_batches;
+        let mut q = etlantic_runtime::StreamingQuery::start(plan, opts).await?;
+        report.run_id = q.run_id().to_string();
+        q.run().await
+    }
+    .await;
     if let Err(e) = result {
-        let scrub = Scrubber::for_plan(plan, ctx);
+        let scrub = ctx.scrubber(plan);
         report.status = "failed".into();
         report.errors = e.0 .0.into_iter().map(|d| scrub.diagnostic(d)).collect();
     }
@@ -721,119 +573,10 @@ pub async fn run_streaming(plan: &PipelinePlan, ctx: &RunContext, run: Streaming
     report
 }
 
-/// The region of a streaming plan that runs the whole query in another system (on a
-/// backend whose streaming regions are whole queries, such as Spark), if any. The
-/// planner makes sure such a region holds every transformation (`ETL507`).
-fn whole_query_region(plan: &PipelinePlan) -> Option<&etlantic_plan::plan::Region> {
-    plan.regions.iter().find(|r| {
-        r.kind == plugin::RegionKind::Streaming
-            && plugin::backend(&r.backend).is_some_and(|b| b.capabilities().streaming.whole_query)
-    })
-}
-
-/// Runs a streaming plan as one query on the backend of `region` (Spark): its endpoint
-/// is the region's location, its checkpoint the plan's; Spark's progress records,
-/// mapped into ETLantic's, go to `listener`. Returns Spark's run id.
-#[cfg(feature = "spark")]
-async fn run_whole_query(
-    plan: &PipelinePlan,
-    ctx: &RunContext,
-    region: &etlantic_plan::plan::Region,
-    checkpoint: PathBuf,
-    listener: etlantic_datafusion::streaming::ProgressListener,
-    run: &StreamingRun,
-) -> Result<String> {
-    use etlantic_spark_compat::streaming::{SparkQueryOptions, SparkSink, SparkStreamingQuery};
-    if region.backend != "spark" {
-        return Err(Error::new(
-            &codes::NO_BACKEND,
-            format!(
-                "this build runs whole streaming queries on Spark only, not on `{}`",
-                region.backend
-            ),
-        ));
-    }
-    let place = region.location.as_deref().ok_or_else(|| {
-        Error::new(
-            &codes::REGION_LOCATION,
-            format!("region {} runs on Spark but has no endpoint", region.id),
-        )
-        .with_help(
-            "Name the endpoint under `endpoints:` in the profile (e.g. `spark: sc://host:15002`).",
-        )
-    })?;
-    let url = etlantic_spark_compat::backend::endpoint_url(&ctx.resolve_uri(place)?)?;
-    let options = SparkQueryOptions {
-        url,
-        root: ctx.root.clone(),
-        checkpoint,
-        sink: SparkSink::Binding,
-        trigger: plan.profile.trigger.unwrap_or_default(),
-        default_max_files: None,
-        fail_on_bad_records: plan.profile.on_error == OnError::Fail,
-    };
-    // Spark's progress, mapped into ETLantic's records, is kept where the embedded
-    // runtime keeps its own: `<checkpoint>/progress.jsonl`.
-    std::fs::create_dir_all(&options.checkpoint).map_err(|e| {
-        Error::new(
-            &codes::IO_ERROR,
-            format!("cannot create {}: {e}", options.checkpoint.display()),
-        )
-    })?;
-    let log_path = options.checkpoint.join("progress.jsonl");
-    let plan = plan.clone();
-    let stop = run.stop.clone();
-    let max_batches = run.max_batches;
-    // The Spark Connect client blocks: it runs on a blocking thread.
-    tokio::task::spawn_blocking(move || {
-        let query = SparkStreamingQuery::start_with(&plan, &options)?;
-        let log = std::sync::Mutex::new(
-            etlantic_datafusion::streaming::progress::ProgressLog::new(&options.checkpoint),
-        );
-        let log_failed = std::sync::atomic::AtomicBool::new(false);
-        let record = |p: &serde_json::Value| {
-            let appended = log.lock().map(|mut l| l.append(p).is_ok()).unwrap_or(false);
-            if !appended {
-                log_failed.store(true, std::sync::atomic::Ordering::Relaxed);
-            }
-            listener(p)
-        };
-        query.drive(&stop, max_batches, &record)?;
-        if log_failed.load(std::sync::atomic::Ordering::Relaxed) {
-            return Err(Error::new(
-                &codes::IO_ERROR,
-                format!("cannot append to {}", log_path.display()),
-            ));
-        }
-        Ok(query.run_id().to_string())
-    })
-    .await
-    .map_err(|e| {
-        Error::new(
-            &codes::ENGINE_ERROR,
-            format!("the Spark driver thread failed: {e}"),
-        )
-    })?
-}
-
-/// Without the `spark` feature no whole-query backend is linked, so the planner never
-/// places such a region.
-#[cfg(not(feature = "spark"))]
-async fn run_whole_query(
-    _plan: &PipelinePlan,
-    _ctx: &RunContext,
-    region: &etlantic_plan::plan::Region,
-    _checkpoint: PathBuf,
-    _listener: etlantic_datafusion::streaming::ProgressListener,
-    _run: &StreamingRun,
-) -> Result<String> {
-    Err(Error::new(
-        &codes::NO_BACKEND,
-        format!(
-            "backend `{}` is not linked (cargo feature `spark`)",
-            region.backend
-        ),
-    ))
+/// Resolves the secret references of `ctx`'s profile.
+fn resolver(ctx: &RunContext) -> etlantic_runtime::SecretResolver {
+    let ctx = ctx.clone();
+    std::sync::Arc::new(move |s| resolve_secrets(s, &ctx.secrets_profile))
 }
 
 /// The checkpoint directory of a streaming plan.
@@ -853,10 +596,5 @@ pub fn checkpoint_dir(plan: &PipelinePlan, ctx: &RunContext) -> Result<PathBuf> 
             ),
         ));
     }
-    let p = Path::new(&uri.location);
-    Ok(if p.is_absolute() {
-        p.to_path_buf()
-    } else {
-        ctx.root.join(p)
-    })
+    Ok(etlantic_core::uri::located(&ctx.root, &uri.location))
 }

@@ -309,7 +309,7 @@ fn quarantined(dir: &Path) -> Vec<Value> {
     if !path.exists() {
         return vec![];
     }
-    let mut v: Vec<Value> = etlantic_sinks::quarantine::read_quarantine(path)
+    let mut v: Vec<Value> = etlantic_runtime::quarantine::read_quarantine(path)
         .unwrap()
         .iter()
         .map(|l| json!({"code": l["code"], "position": l["position"], "raw": l["raw"], "batch": l["batch_id"]}))

@@ -157,7 +157,7 @@ fn quarantined(dir: &Path) -> Vec<String> {
     if !path.exists() {
         return vec![];
     }
-    let mut v: Vec<String> = etlantic_sinks::quarantine::read_quarantine(path)
+    let mut v: Vec<String> = etlantic_runtime::quarantine::read_quarantine(path)
         .unwrap()
         .iter()
         .map(|l| {

@@ -134,7 +134,8 @@ fn check_lossless(dir: &Path, label: &str) {
     }
     let mut quarantined = vec![0u8; TOTAL as usize];
     let mut by_code: BTreeMap<String, u64> = BTreeMap::new();
-    let q = etlantic_sinks::quarantine::read_quarantine(dir.join("out/quarantine.jsonl")).unwrap();
+    let q =
+        etlantic_runtime::quarantine::read_quarantine(dir.join("out/quarantine.jsonl")).unwrap();
     for entry in &q {
         let file = entry["position"]["file"].as_str().unwrap();
         let line_no = entry["position"]["line"].as_u64().unwrap();

@@ -148,7 +148,7 @@ fn run_in_process(dir: &Path) -> etlantic::run::RunReport {
 fn outcome(dir: &Path, sink: Sink, tables: &Path) -> (Vec<String>, Vec<String>) {
     let rows = sink.rows(dir, tables);
     let mut quarantine: Vec<String> =
-        etlantic_sinks::quarantine::read_quarantine(dir.join("out/quarantine.jsonl"))
+        etlantic_runtime::quarantine::read_quarantine(dir.join("out/quarantine.jsonl"))
             .unwrap()
             .iter()
             .map(|l| {

@@ -546,7 +546,8 @@ async fn a_postgres_table_is_the_static_side_of_a_stream_static_join() {
             r#""u3" "c1" "summer" 100"#,
         ]
     );
-    let q = etlantic_sinks::quarantine::read_quarantine(dir.join("out/quarantine.jsonl")).unwrap();
+    let q =
+        etlantic_runtime::quarantine::read_quarantine(dir.join("out/quarantine.jsonl")).unwrap();
     assert!(!q.is_empty());
     assert!(
         q.iter()
@@ -653,7 +654,8 @@ async fn a_batch_run_copies_an_sqlite_table_into_postgres() {
             ("c3".to_string(), None, Some(7)),
         ]
     );
-    let q = etlantic_sinks::quarantine::read_quarantine(dir.join("out/quarantine.jsonl")).unwrap();
+    let q =
+        etlantic_runtime::quarantine::read_quarantine(dir.join("out/quarantine.jsonl")).unwrap();
     assert_eq!(q.len(), 2, "one bad row per run: {q:?}");
     assert!(q
         .iter()

@@ -63,7 +63,7 @@ fn quarantined(dir: &Path) -> Vec<String> {
     if !path.exists() {
         return vec![];
     }
-    let mut v: Vec<String> = etlantic_sinks::quarantine::read_quarantine(path)
+    let mut v: Vec<String> = etlantic_runtime::quarantine::read_quarantine(path)
         .unwrap()
         .iter()
         .map(|l| {
@@ -167,7 +167,8 @@ fn reference() -> Reference {
     ];
     expected.sort();
     assert_eq!(rows, expected);
-    let q = etlantic_sinks::quarantine::read_quarantine(dir.join("out/quarantine.jsonl")).unwrap();
+    let q =
+        etlantic_runtime::quarantine::read_quarantine(dir.join("out/quarantine.jsonl")).unwrap();
     let mut seen: Vec<(String, Value, Value)> = q
         .iter()
         .map(|l| {
@@ -530,8 +531,8 @@ fn a_source_file_changed_before_its_replay_fails_or_is_quarantined() {
             continue;
         }
         assert!(o.status.success(), "{}", describe(&o));
-        let q =
-            etlantic_sinks::quarantine::read_quarantine(dir.join("out/quarantine.jsonl")).unwrap();
+        let q = etlantic_runtime::quarantine::read_quarantine(dir.join("out/quarantine.jsonl"))
+            .unwrap();
         let changed: Vec<&Value> = q.iter().filter(|l| l["code"] == "ETL713").collect();
         assert_eq!(changed.len(), 1, "{q:#?}");
         assert_eq!(changed[0]["position"]["file"], "in/001.jsonl");

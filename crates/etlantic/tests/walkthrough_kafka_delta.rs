@@ -288,7 +288,7 @@ fn a_click_two_hours_late_is_quarantined_with_its_reason_when_the_policy_says_so
     run_until_caught_up(&env);
     assert_eq!(table(env.dir.path()), expected());
     let q =
-        etlantic_sinks::quarantine::read_quarantine(env.dir.path().join("out/quarantine.jsonl"))
+        etlantic_runtime::quarantine::read_quarantine(env.dir.path().join("out/quarantine.jsonl"))
             .unwrap();
     assert_eq!(q.len(), 1, "{q:?}");
     assert_eq!(q[0]["code"], json!("ETL708"), "{:?}", q[0]);

@@ -130,6 +130,9 @@ catalogue! {
     UNKNOWN_PARAMETER = ("ETL209", "unknown-parameter", Reference, Error,
         "A transform plan uses a runtime parameter that has no value.",
         "Give the value under `parameters:` of the transformation.");
+    PLUGIN_CONFLICT = ("ETL210", "plugin-conflict", Reference, Error,
+        "Two linked plugins claim the same URI scheme, backend name, transformation or processor name.",
+        "Link only one of them: drop the cargo feature or crate of the other, or give one of them another name.");
     UNKNOWN_PROCESSOR = ("ETL220", "unknown-processor", Reference, Error,
         "A `process` step names a custom stateful processor that is not linked.",
         "Use the name of a linked processor (see `etlantic plugins`), or link the crate that registers it.");

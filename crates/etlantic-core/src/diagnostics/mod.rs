@@ -265,6 +265,12 @@ impl Error {
         Error(Diagnostic::new(code, message).into())
     }
 
+    /// An `ETL707` engine failure: an engine (or a library it calls) failed where user
+    /// input cannot be blamed; the message is the cause's.
+    pub fn engine(cause: impl std::fmt::Display) -> Self {
+        Self::new(&codes::ENGINE_ERROR, cause.to_string())
+    }
+
     /// The diagnostics carried by this error.
     pub fn diagnostics(&self) -> &Diagnostics {
         &self.0

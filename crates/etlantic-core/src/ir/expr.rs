@@ -111,7 +111,8 @@ impl BinaryOp {
         })
     }
 
-    fn symbol(self) -> &'static str {
+    /// How the operator is written in DTCS expressions (and in diagnostics).
+    pub fn symbol(self) -> &'static str {
         match self {
             BinaryOp::Eq => "==",
             BinaryOp::NotEq => "!=",

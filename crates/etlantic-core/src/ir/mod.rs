@@ -171,6 +171,20 @@ fn plan_error(origin: &str, msg: impl std::fmt::Display) -> Error {
         .into()
 }
 
+/// The canonical id of a DTCS or ETLantic action id: the id the decoded [`Action`]
+/// reports ([`Action::id`]). The aliases the IR decodes map to it — `dtcs:select` is
+/// `dtcs:filter`, `dtcs:group` is `dtcs:aggregate`, the field actions
+/// (`dtcs:lowercase`, `dtcs:uppercase`, `dtcs:trim`) are `dtcs:with_fields` — and any
+/// other id is its own. Backends declare canonical ids only.
+pub fn canonical_action_id(id: &str) -> &str {
+    match id {
+        "dtcs:select" => "dtcs:filter",
+        "dtcs:group" => "dtcs:aggregate",
+        _ if FIELD_ACTIONS.iter().any(|(a, _)| *a == id) => "dtcs:with_fields",
+        other => other,
+    }
+}
+
 /// Field actions of DTCS that target `interface.field` and rewrite one column.
 const FIELD_ACTIONS: &[(&str, &str)] = &[
     ("dtcs:lowercase", "dtcs:lower"),

@@ -7,6 +7,77 @@
 use arrow::datatypes::{DataType, Field, TimeUnit};
 use std::sync::Arc;
 
+// Type classes of DTCS values over Arrow types, shared by the engines.
+
+/// Integers of any width.
+pub fn is_integer(dt: &DataType) -> bool {
+    matches!(
+        dt,
+        DataType::Int8
+            | DataType::Int16
+            | DataType::Int32
+            | DataType::Int64
+            | DataType::UInt8
+            | DataType::UInt16
+            | DataType::UInt32
+            | DataType::UInt64
+    )
+}
+
+/// DTCS `integer` or `decimal`.
+pub fn is_numeric(dt: &DataType) -> bool {
+    is_integer(dt)
+        || matches!(
+            dt,
+            DataType::Float16
+                | DataType::Float32
+                | DataType::Float64
+                | DataType::Decimal32(..)
+                | DataType::Decimal64(..)
+                | DataType::Decimal128(..)
+                | DataType::Decimal256(..)
+        )
+}
+
+/// DTCS `string`.
+pub fn is_string(dt: &DataType) -> bool {
+    matches!(
+        dt,
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+    )
+}
+
+/// DTCS `date` or `datetime`.
+pub fn is_temporal(dt: &DataType) -> bool {
+    matches!(
+        dt,
+        DataType::Date32 | DataType::Date64 | DataType::Timestamp(..)
+    )
+}
+
+/// DTCS `date`.
+pub fn is_date(dt: &DataType) -> bool {
+    matches!(dt, DataType::Date32 | DataType::Date64)
+}
+
+/// Lists of any kind.
+pub fn is_list(dt: &DataType) -> bool {
+    matches!(
+        dt,
+        DataType::List(_) | DataType::LargeList(_) | DataType::FixedSizeList(..)
+    )
+}
+
+/// The untyped null.
+pub fn is_null(dt: &DataType) -> bool {
+    *dt == DataType::Null
+}
+
+/// Boolean or the untyped null.
+pub fn is_boolean(dt: &DataType) -> bool {
+    matches!(dt, DataType::Boolean | DataType::Null)
+}
+
 /// The DTCS logical type name of an Arrow type.
 pub fn dtcs_type(dt: &DataType) -> String {
     match dt {

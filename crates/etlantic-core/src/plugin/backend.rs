@@ -30,7 +30,8 @@ pub struct BackendCapabilities {
     pub region_kinds: Vec<RegionKind>,
     /// DTCS profiles it implements completely.
     pub dtcs_profiles: Vec<String>,
-    /// DTCS (and `etlantic:`) action ids it implements.
+    /// DTCS (and `etlantic:`) action ids it implements: canonical ids only (aliases are
+    /// matched through [`crate::ir::canonical_action_id`]).
     pub actions: Vec<String>,
     /// DTCS function ids it implements.
     pub functions: Vec<String>,
@@ -85,8 +86,10 @@ pub struct StreamingSupport {
 }
 
 impl BackendCapabilities {
-    /// Whether an action id is supported in batch regions.
+    /// Whether an action id (or an alias of it, see
+    /// [`crate::ir::canonical_action_id`]) is supported in batch regions.
     pub fn supports_action(&self, id: &str) -> bool {
+        let id = crate::ir::canonical_action_id(id);
         self.actions.iter().any(|a| a == id)
     }
 
@@ -94,6 +97,7 @@ impl BackendCapabilities {
     /// [`StreamingSupport::actions`] when the backend lists any).
     pub fn supports_action_in(&self, kind: RegionKind, id: &str) -> bool {
         if kind == RegionKind::Streaming && !self.streaming.actions.is_empty() {
+            let id = crate::ir::canonical_action_id(id);
             self.streaming.actions.iter().any(|a| a == id)
         } else {
             self.supports_action(id)

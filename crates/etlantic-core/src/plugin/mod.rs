@@ -15,6 +15,7 @@
 mod backend;
 mod options;
 pub mod processor;
+mod registry;
 mod sink;
 mod source;
 
@@ -27,6 +28,7 @@ pub use processor::{
     ExpiredTimer, GroupKey, ListState, MapState, ProcessorContext, ProcessorInit,
     ProcessorProvider, ProcessorSpec, StatefulProcessor, TimerValues, ValueState,
 };
+pub use registry::{check_registry, registry, Registry};
 pub use sink::{Sink, SinkBatch, SinkCapabilities, SinkContext, SinkProvider, WriteOutcome};
 pub use source::{
     ReadLimit, Source, SourceBatch, SourceCapabilities, SourceContext, SourceProvider,
@@ -75,24 +77,29 @@ pub fn transform_impls() -> impl Iterator<Item = &'static dyn TransformImpl> {
         .map(|r| r.0)
 }
 
-/// The source provider of a URI scheme.
+/// The source provider of a URI scheme (or one of its aliases).
 pub fn source_provider(scheme: &str) -> Option<&'static dyn SourceProvider> {
-    source_providers().find(|p| p.scheme() == scheme)
+    registry().source(scheme)
 }
 
-/// The sink provider of a URI scheme.
+/// The sink provider of a URI scheme (or one of its aliases).
 pub fn sink_provider(scheme: &str) -> Option<&'static dyn SinkProvider> {
-    sink_providers().find(|p| p.scheme() == scheme)
+    registry().sink(scheme)
 }
 
 /// A backend by name.
 pub fn backend(name: &str) -> Option<&'static dyn Backend> {
-    backends().find(|b| b.name() == name)
+    registry().backend(name)
 }
 
-/// An engine-specific transformation by name.
-pub fn transform_impl(name: &str) -> Option<&'static dyn TransformImpl> {
-    transform_impls().find(|t| t.name() == name)
+/// The engine-specific transformation `name` of `backend`.
+pub fn transform_impl(backend: &str, name: &str) -> Option<&'static dyn TransformImpl> {
+    registry().transform_impl(backend, name)
+}
+
+/// The engine-specific transformations named `name`, on whichever backend.
+pub fn transform_impls_named(name: &str) -> impl Iterator<Item = &'static dyn TransformImpl> + '_ {
+    transform_impls().filter(move |t| t.name() == name)
 }
 
 /// Every linked custom stateful processor.
@@ -104,5 +111,5 @@ pub fn processors() -> impl Iterator<Item = &'static dyn ProcessorProvider> {
 
 /// A custom stateful processor by name.
 pub fn processor(name: &str) -> Option<&'static dyn ProcessorProvider> {
-    processors().find(|p| p.name() == name)
+    registry().processor(name)
 }

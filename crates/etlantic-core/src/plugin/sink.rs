@@ -47,12 +47,7 @@ pub struct SinkContext {
 impl SinkContext {
     /// Resolves a location relative to the project root.
     pub fn resolve_path(&self, location: &str) -> PathBuf {
-        let p = PathBuf::from(location);
-        if p.is_absolute() {
-            p
-        } else {
-            self.root.join(p)
-        }
+        crate::uri::located(&self.root, location)
     }
 }
 
@@ -127,6 +122,11 @@ pub trait Sink: Send + Sync {
 pub trait SinkProvider: Send + Sync + 'static {
     /// The URI scheme handled, e.g. `file`.
     fn scheme(&self) -> &'static str;
+    /// Further schemes it handles the same way (`postgresql` for `postgres`). Two linked
+    /// providers must not claim one scheme (`ETL210`).
+    fn aliases(&self) -> &'static [&'static str] {
+        &[]
+    }
     /// One line describing the provider (for `etlantic plugins`).
     fn description(&self) -> &'static str;
     /// The query parameters its bindings accept, for the user docs (default: none). A

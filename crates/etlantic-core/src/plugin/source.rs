@@ -89,12 +89,7 @@ pub struct SourceContext {
 impl SourceContext {
     /// Resolves a location relative to the project root.
     pub fn resolve_path(&self, location: &str) -> PathBuf {
-        let p = PathBuf::from(location);
-        if p.is_absolute() {
-            p
-        } else {
-            self.root.join(p)
-        }
+        crate::uri::located(&self.root, location)
     }
 }
 
@@ -179,6 +174,11 @@ pub trait Source: Send + Sync {
 pub trait SourceProvider: Send + Sync + 'static {
     /// The URI scheme handled, e.g. `file`.
     fn scheme(&self) -> &'static str;
+    /// Further schemes it handles the same way (`postgresql` for `postgres`). Two linked
+    /// providers must not claim one scheme (`ETL210`).
+    fn aliases(&self) -> &'static [&'static str] {
+        &[]
+    }
     /// One line describing the provider (for `etlantic plugins`).
     fn description(&self) -> &'static str;
     /// The query parameters its bindings accept, for the user docs (default: none). A

@@ -341,33 +341,7 @@ fn show(p: &Path) -> String {
     p.display().to_string()
 }
 
-/// Creates `dir` and its missing ancestors, syncing the parent of each directory it
-/// creates: a file's durability needs the names leading to it durable too.
-pub fn create_dirs(dir: &Path) -> Result<()> {
-    if dir.is_dir() {
-        return Ok(());
-    }
-    let mut missing = Vec::new();
-    let mut at = dir;
-    while !at.as_os_str().is_empty() && !at.exists() {
-        missing.push(at.to_path_buf());
-        match at.parent() {
-            Some(p) => at = p,
-            None => break,
-        }
-    }
-    for d in missing.iter().rev() {
-        match fs::create_dir(d) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(io_error("create directory", &show(d), e)),
-        }
-        if let Some(parent) = d.parent().filter(|p| !p.as_os_str().is_empty()) {
-            crate::durable::sync_dir(parent).map_err(|e| io_error("sync", &show(parent), e))?;
-        }
-    }
-    Ok(())
-}
+pub use crate::durable::create_dirs;
 
 impl Storage for LocalStorage {
     fn display(&self, path: &str) -> String {

@@ -14,10 +14,9 @@ mod functions;
 pub(crate) mod types;
 
 use crate::error;
-use crate::relation::column_of;
 use crate::table::is_reserved;
 use arrow::datatypes::DataType;
-use datafusion::common::{DFSchemaRef, ScalarValue};
+use datafusion::common::{Column, DFSchemaRef, ScalarValue};
 use datafusion::logical_expr::{
     binary_expr, cast, lit, when, BinaryExpr, Expr as DfExpr, ExprSchemable, Operator,
 };
@@ -192,7 +191,7 @@ fn binary(op: BinaryOp, l: &Expr, r: &Expr, whole: &Expr, scope: &Scope) -> Resu
         error::type_mismatch(format!(
             "{what}: {} {} {} in `{whole}`",
             describe(&lt),
-            op_symbol(op),
+            op.symbol(),
             describe(&rt)
         ))
     };
@@ -285,22 +284,15 @@ fn binary(op: BinaryOp, l: &Expr, r: &Expr, whole: &Expr, scope: &Scope) -> Resu
     }
 }
 
-fn op_symbol(op: BinaryOp) -> &'static str {
-    match op {
-        BinaryOp::Eq => "==",
-        BinaryOp::NotEq => "!=",
-        BinaryOp::Lt => "<",
-        BinaryOp::LtEq => "<=",
-        BinaryOp::Gt => ">",
-        BinaryOp::GtEq => ">=",
-        BinaryOp::NullSafeEq => "<=>",
-        BinaryOp::And => "&&",
-        BinaryOp::Or => "||",
-        BinaryOp::Add => "+",
-        BinaryOp::Subtract => "-",
-        BinaryOp::Multiply => "*",
-        BinaryOp::Divide => "/",
-        BinaryOp::Modulo => "%",
-        BinaryOp::Contains => "contains",
+/// A column reference that never parses dots in the name.
+pub(crate) fn ident_expr(name: &str) -> DfExpr {
+    DfExpr::Column(Column::new_unqualified(name))
+}
+
+/// The qualified reference to the column `name` of `schema` (unqualified if absent).
+pub(crate) fn column_of(schema: &DFSchemaRef, name: &str) -> DfExpr {
+    match schema.qualified_field_with_unqualified_name(name) {
+        Ok((q, f)) => DfExpr::Column(Column::new(q.cloned(), f.name())),
+        Err(_) => ident_expr(name),
     }
 }

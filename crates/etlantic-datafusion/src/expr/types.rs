@@ -2,74 +2,9 @@
 
 use arrow::datatypes::{DataType, TimeUnit};
 
-/// Integers of any width.
-pub(crate) fn is_integer(dt: &DataType) -> bool {
-    matches!(
-        dt,
-        DataType::Int8
-            | DataType::Int16
-            | DataType::Int32
-            | DataType::Int64
-            | DataType::UInt8
-            | DataType::UInt16
-            | DataType::UInt32
-            | DataType::UInt64
-    )
-}
-
-/// DTCS `integer` or `decimal`.
-pub(crate) fn is_numeric(dt: &DataType) -> bool {
-    is_integer(dt)
-        || matches!(
-            dt,
-            DataType::Float16
-                | DataType::Float32
-                | DataType::Float64
-                | DataType::Decimal32(..)
-                | DataType::Decimal64(..)
-                | DataType::Decimal128(..)
-                | DataType::Decimal256(..)
-        )
-}
-
-/// DTCS `string`.
-pub(crate) fn is_string(dt: &DataType) -> bool {
-    matches!(
-        dt,
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
-    )
-}
-
-/// DTCS `date` or `datetime`.
-pub(crate) fn is_temporal(dt: &DataType) -> bool {
-    matches!(
-        dt,
-        DataType::Date32 | DataType::Date64 | DataType::Timestamp(..)
-    )
-}
-
-/// DTCS `date`.
-pub(crate) fn is_date(dt: &DataType) -> bool {
-    matches!(dt, DataType::Date32 | DataType::Date64)
-}
-
-/// Lists of any kind.
-pub(crate) fn is_list(dt: &DataType) -> bool {
-    matches!(
-        dt,
-        DataType::List(_) | DataType::LargeList(_) | DataType::FixedSizeList(..)
-    )
-}
-
-/// The untyped null.
-pub(crate) fn is_null(dt: &DataType) -> bool {
-    *dt == DataType::Null
-}
-
-/// Boolean or the untyped null.
-pub(crate) fn is_boolean(dt: &DataType) -> bool {
-    matches!(dt, DataType::Boolean | DataType::Null)
-}
+pub(crate) use etlantic_core::ir::types::{
+    is_boolean, is_date, is_integer, is_list, is_null, is_numeric, is_string, is_temporal,
+};
 
 /// Whether two values can be compared with `==`, `<`, ... (DTCS allows numbers with
 /// numbers, strings with strings, booleans with booleans, dates and datetimes with each

@@ -6,7 +6,6 @@
 //! type; over integers, dates and timestamps they keep a plain `i64` instead, which
 //! needs no encoding and no allocation per value.
 
-use super::operators::{corrupt_state, state_column};
 use crate::expr::types::is_integer;
 use arrow::array::{
     Array, ArrayRef, AsArray, Decimal128Array, Float64Array, Int64Array, PrimitiveArray,
@@ -17,6 +16,7 @@ use arrow::datatypes::{ArrowPrimitiveType, DataType, Field, Float64Type, Int64Ty
 use arrow::row::{OwnedRow, RowConverter, Rows, SortField};
 use etlantic_core::diagnostics::{codes, Error, Result};
 use etlantic_core::ir::AggFunc;
+use etlantic_runtime::engine::{corrupt_state, state_column};
 use std::sync::Arc;
 
 /// One aggregate of an operator: its function, output name and input type.
@@ -129,10 +129,6 @@ pub struct Accumulators {
     converters: Vec<Option<RowConverter>>,
 }
 
-fn engine(e: impl std::fmt::Display) -> Error {
-    Error::new(&codes::ENGINE_ERROR, e.to_string())
-}
-
 impl Accumulators {
     /// Accumulators for these aggregates.
     pub fn new(specs: Vec<AggSpec>) -> Result<Self> {
@@ -143,7 +139,7 @@ impl Accumulators {
                     let t = s.input_type.clone().unwrap_or(DataType::Null);
                     RowConverter::new(vec![SortField::new(t)])
                         .map(Some)
-                        .map_err(engine)
+                        .map_err(Error::engine)
                 } else {
                     Ok(None)
                 }
@@ -205,7 +201,7 @@ impl Accumulators {
                         AggInput::Rows(
                             c.clone(),
                             conv.convert_columns(std::slice::from_ref(c))
-                                .map_err(engine)?,
+                                .map_err(Error::engine)?,
                         )
                     }
                 })
@@ -237,7 +233,9 @@ impl Accumulators {
     ) -> Result<()> {
         let n = self.specs.len();
         if states.len() < ids.iter().max().map_or(0, |g| (g + 1) * n) {
-            return Err(engine("aggregate states are missing for some groups"));
+            return Err(Error::engine(
+                "aggregate states are missing for some groups",
+            ));
         }
         for (j, (input, spec)) in inputs.iter().zip(&self.specs).enumerate() {
             let all_valid = match input {
@@ -250,7 +248,7 @@ impl Accumulators {
                     if let Acc::Count(c) = &mut states[g * n + j] {
                         *c += 1;
                     } else {
-                        return Err(engine("aggregate input does not match its state"));
+                        return Err(Error::engine("aggregate input does not match its state"));
                     }
                 }
                 continue;
@@ -427,7 +425,7 @@ impl Accumulators {
                         })
                         .collect::<Decimal128Array>()
                         .with_precision_and_scale(p, s)
-                        .map_err(engine)?,
+                        .map_err(Error::engine)?,
                 ),
                 _ => Arc::new(
                     accs.iter()
@@ -451,7 +449,7 @@ impl Accumulators {
                 if t == DataType::Int64 {
                     values
                 } else {
-                    cast(&values, &t).map_err(engine)?
+                    cast(&values, &t).map_err(Error::engine)?
                 }
             }
             _ => {
@@ -465,7 +463,7 @@ impl Accumulators {
                     // Rows of nulls stand in for groups without a value.
                     let null = conv
                         .convert_columns(&[arrow::array::new_null_array(&t, 1)])
-                        .map_err(engine)?;
+                        .map_err(Error::engine)?;
                     let null_row = null.row(0);
                     let rows: Vec<arrow::row::Row<'_>> = accs
                         .iter()
@@ -474,7 +472,7 @@ impl Accumulators {
                             _ => null_row,
                         })
                         .collect();
-                    conv.convert_rows(rows).map_err(engine)?.remove(0)
+                    conv.convert_rows(rows).map_err(Error::engine)?.remove(0)
                 }
             }
         })
@@ -668,7 +666,7 @@ fn update_ints(
     values: &Int64Array,
     func: AggFunc,
 ) -> Result<()> {
-    let mismatch = || engine("aggregate input does not match its state");
+    let mismatch = || Error::engine("aggregate input does not match its state");
     if values.null_count() == 0 {
         for (&g, &v) in ids.iter().zip(values.values()) {
             let Acc::Int(cur) = &mut states[g * n + j] else {
@@ -708,7 +706,7 @@ fn f64s(c: &ArrayRef) -> Result<Float64Array> {
 /// The column cast to the primitive type `T`.
 fn cast_to<T: ArrowPrimitiveType>(c: &ArrayRef) -> Result<PrimitiveArray<T>> {
     Ok(cast(c, &T::DATA_TYPE)
-        .map_err(engine)?
+        .map_err(Error::engine)?
         .as_primitive::<T>()
         .clone())
 }

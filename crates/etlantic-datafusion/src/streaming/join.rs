@@ -57,8 +57,6 @@
 //! ones (`r.<name>`); keys and times are recomputed from the columns on restore.
 
 use super::operators::{micros, OpContext, OpOutput, PairOutput, StateMetrics, StatefulOperator};
-use super::program::{SecondaryInput, SourceInfo, StatefulUnit};
-use super::progress::StateProgress;
 use super::ttl::{StateTtl, ROWS_REMOVED_BY_TTL, UPDATED_COLUMN};
 use crate::expr::types::{common_type, describe};
 use crate::expr::{compile_predicate, Scope};
@@ -73,22 +71,18 @@ use arrow::row::{RowConverter, Rows, SortField};
 use datafusion::common::{Column, DFSchema, TableReference};
 use datafusion::logical_expr::Expr as DfExpr;
 use datafusion::physical_expr::PhysicalExpr;
-use etlantic_core::data::Table;
+
 use etlantic_core::diagnostics::{codes, Error, Result};
-use etlantic_core::ir::{Action, ActionNode, Expr, JoinTimeRange, JoinType};
-use etlantic_core::streaming::LatePolicy;
+use etlantic_core::ir::{Expr, JoinTimeRange, JoinType};
+
 use indexmap::IndexMap;
-use serde_json::Value;
-use std::collections::HashMap;
+
 use std::sync::Arc;
-use std::time::Instant;
 
+mod matching;
 mod state;
+use matching::compile_joined_predicate;
 use state::{Entry, FastMap, SideState};
-
-fn engine(e: impl std::fmt::Display) -> Error {
-    Error::new(&codes::ENGINE_ERROR, e.to_string())
-}
 
 const LEFT: usize = 0;
 const RIGHT: usize = 1;
@@ -221,7 +215,7 @@ fn take_rows(batch: &RecordBatch, which: &[bool]) -> Result<Option<RecordBatch>>
     }
     filter_record_batch(batch, &BooleanArray::from(which.to_vec()))
         .map(Some)
-        .map_err(engine)
+        .map_err(Error::engine)
 }
 
 /// The stream-stream join operator.
@@ -309,7 +303,9 @@ impl StreamJoinOperator {
         };
         let (l, r) = (&layout.left, &layout.right);
         if l.keys.len() != r.keys.len() {
-            return Err(engine("a join needs as many right keys as left keys"));
+            return Err(Error::engine(
+                "a join needs as many right keys as left keys",
+            ));
         }
         let mut key_types = Vec::new();
         for (lk, rk) in l.keys.iter().zip(&r.keys) {
@@ -352,7 +348,7 @@ impl StreamJoinOperator {
                 .map(|t| SortField::new(t.clone()))
                 .collect(),
         )
-        .map_err(engine)?;
+        .map_err(Error::engine)?;
         // Output columns by the batch join's rules.
         let merged: Vec<&String> = l
             .keys
@@ -365,7 +361,7 @@ impl StreamJoinOperator {
         let mut names = Vec::new();
         for (j, f) in l.schema.fields().iter().enumerate() {
             if merged.contains(&f.name()) {
-                let rj = r.schema.index_of(f.name()).map_err(engine)?;
+                let rj = r.schema.index_of(f.name()).map_err(Error::engine)?;
                 out_cols.push(OutCol::Merged(j, rj));
             } else {
                 out_cols.push(OutCol::Left(j));
@@ -385,7 +381,7 @@ impl StreamJoinOperator {
             .map(|f| f.name())
             .collect();
         if names.iter().collect::<Vec<_>>() != expected {
-            return Err(engine(format!(
+            return Err(Error::engine(format!(
                 "stream join output columns {names:?} differ from the planned {expected:?}"
             )));
         }
@@ -460,7 +456,7 @@ impl StreamJoinOperator {
         for k in &self.spec(side).keys {
             let c = batch
                 .column_by_name(k)
-                .ok_or_else(|| engine(format!("missing join key {k}")))?;
+                .ok_or_else(|| Error::engine(format!("missing join key {k}")))?;
             if c.null_count() > 0 {
                 for (i, o) in out.iter_mut().enumerate() {
                     *o |= c.is_null(i);
@@ -476,14 +472,17 @@ impl StreamJoinOperator {
         for (k, t) in spec.keys.iter().zip(&self.key_types) {
             let c = batch
                 .column_by_name(k)
-                .ok_or_else(|| engine(format!("missing join key {k}")))?;
+                .ok_or_else(|| Error::engine(format!("missing join key {k}")))?;
             cols.push(if c.data_type() == t {
                 c.clone()
             } else {
-                cast(c, t).map_err(engine)?
+                cast(c, t).map_err(Error::engine)?
             });
         }
-        let rows = self.converter.convert_columns(&cols).map_err(engine)?;
+        let rows = self
+            .converter
+            .convert_columns(&cols)
+            .map_err(Error::engine)?;
         let mut null_key = vec![false; batch.num_rows()];
         if !self.layout.null_safe {
             for c in cols.iter().filter(|c| c.null_count() > 0) {
@@ -501,7 +500,7 @@ impl StreamJoinOperator {
             Some(c) => {
                 let col = batch
                     .column_by_name(c)
-                    .ok_or_else(|| engine(format!("missing time column {c}")))?;
+                    .ok_or_else(|| Error::engine(format!("missing time column {c}")))?;
                 Ok(micros(col)?.iter().collect())
             }
         }
@@ -516,436 +515,6 @@ impl StreamJoinOperator {
             .map(|e| (ctx.evict_watermark_us.div_euclid(1000) + e.offset_ms) * 1000)
     }
 
-    /// Steps 1-3 for one side: filter, join with the other side's state, store.
-    /// Adds the joined pairs (left ref, right ref) to `pairs`.
-    fn run_side(
-        &mut self,
-        side: usize,
-        input: &[RecordBatch],
-        ctx: &OpContext,
-        pairs: &mut Vec<(Option<RowRef>, Option<RowRef>)>,
-    ) -> Result<SideRun> {
-        let spec = self.spec(side).clone();
-        let other = 1 - side;
-        let nonempty: Vec<&RecordBatch> = input.iter().filter(|b| b.num_rows() > 0).collect();
-        let batch = match nonempty.as_slice() {
-            [] => return Ok(SideRun::default()),
-            [one] => (*one).clone(),
-            _ => concat_batches(&spec.schema, nonempty).map_err(engine)?,
-        };
-        // 1. Filter: never-matching rows of a non-preserved side, late rows.
-        let null_key = self.null_keys(side, &batch)?;
-        // The range, watermark and eviction columns are often one (Nexmark q7's
-        // `date_time`): its times are read once.
-        let range = Self::times(&batch, self.range_column(side))?;
-        let wm_owned;
-        let wm_times: &[Option<i64>] =
-            if spec.watermark_column.as_deref() == self.range_column(side) {
-                &range
-            } else {
-                wm_owned = Self::times(&batch, spec.watermark_column.as_deref())?;
-                &wm_owned
-            };
-        let mut keep = Vec::with_capacity(batch.num_rows());
-        let mut late = Vec::new();
-        for i in 0..batch.num_rows() {
-            let hopeless = null_key[i] || (self.layout.time_range.is_some() && range[i].is_none());
-            if hopeless && !self.preserved[side] {
-                keep.push(false);
-                continue;
-            }
-            let is_late = ctx.has_watermark
-                && !spec.accept_late
-                && wm_times[i].is_some_and(|t| t <= ctx.late_watermark_us);
-            if is_late {
-                late.push(i as u32);
-            }
-            keep.push(!is_late);
-        }
-        let late_batch = if late.is_empty() {
-            None
-        } else {
-            let idx = UInt32Array::from(late.clone());
-            let cols = batch
-                .columns()
-                .iter()
-                .map(|c| arrow::compute::take(c, &idx, None))
-                .collect::<std::result::Result<Vec<_>, _>>()
-                .map_err(engine)?;
-            Some(RecordBatch::try_new(batch.schema(), cols).map_err(engine)?)
-        };
-        let all_kept = keep.iter().all(|k| *k);
-        let kept = if all_kept {
-            batch
-        } else {
-            filter_record_batch(&batch, &BooleanArray::from(keep)).map_err(engine)?
-        };
-        let late_count = late.len() as u64;
-        if kept.num_rows() == 0 {
-            return Ok(SideRun {
-                late: late_batch,
-                late_count,
-                ..SideRun::default()
-            });
-        }
-        let (rows, null_key) = self.key_rows(side, &kept)?;
-        // Each key is hashed once, for both sides' state (they share the hasher).
-        let hashes: Vec<u64> = (0..rows.num_rows())
-            .map(|i| self.sides[side].hash(rows.row(i).as_ref()))
-            .collect();
-        let duplicate = if self.unique[side] {
-            self.repeated_keys(side, &rows, &hashes, &null_key)
-        } else {
-            vec![false; kept.num_rows()]
-        };
-        let duplicates = take_rows(&kept, &duplicate)?;
-        let range = if all_kept {
-            range
-        } else {
-            Self::times(&kept, self.range_column(side))?
-        };
-        let evict_col = self.evictions[side].as_ref().map(|e| e.column.clone());
-        let evict_owned;
-        let evict_times: &[Option<i64>] = if evict_col.as_deref() == self.range_column(side) {
-            &range
-        } else {
-            evict_owned = Self::times(&kept, evict_col.as_deref())?;
-            &evict_owned
-        };
-        let chunk = self.sides[side].add_chunk(kept.clone());
-
-        // 2./3. Join with the other side's state.
-        let (lower, upper) = self
-            .layout
-            .time_range
-            .as_ref()
-            .map(|r| (r.lower.as_micros(), r.upper.as_micros()))
-            .unwrap_or((0, 0));
-        let in_range = |this_t: Option<i64>, that_t: Option<i64>| -> bool {
-            if self.layout.time_range.is_none() {
-                return true;
-            }
-            let (Some(a), Some(b)) = (this_t, that_t) else {
-                return false;
-            };
-            let (lt, rt) = if side == LEFT { (a, b) } else { (b, a) };
-            lt >= rt - lower && lt <= rt + upper
-        };
-        // Candidates: (row of this batch, slot of the other side's entry).
-        self.sides[other].prepare_probes(kept.num_rows());
-        let mut candidates: Vec<(usize, u32)> = Vec::new();
-        // Whether the other side holds the row's key, and (when this side is unique) the
-        // other side's entries of the keys probed.
-        let mut other_holds_key = vec![false; kept.num_rows()];
-        let mut probed: Vec<u32> = Vec::new();
-        // An empty other side matches nothing (Nexmark q7: the window maxima are evicted
-        // soon after they meet the bids, so most bids find none to probe).
-        let probes = if self.sides[other].rows == 0 {
-            0
-        } else {
-            kept.num_rows()
-        };
-        for i in 0..probes {
-            if null_key[i] || duplicate[i] {
-                continue;
-            }
-            for (slot, e) in self.sides[other].matches_hashed(hashes[i], rows.row(i).as_ref()) {
-                other_holds_key[i] = true;
-                if self.unique[side] {
-                    probed.push(slot);
-                }
-                if in_range(range[i], e.range_time.get()) {
-                    candidates.push((i, slot));
-                }
-            }
-        }
-        let accepted: Vec<bool> = match &self.predicate {
-            None => vec![true; candidates.len()],
-            Some(_) if candidates.is_empty() => vec![],
-            Some((expr, schema)) => {
-                let this_refs: Vec<Option<RowRef>> = candidates
-                    .iter()
-                    .map(|(i, _)| Some((chunk, *i as u32)))
-                    .collect();
-                let other_refs: Vec<Option<RowRef>> = candidates
-                    .iter()
-                    .map(|(_, slot)| {
-                        let e = self.sides[other].entry(*slot);
-                        Some((e.chunk, e.row))
-                    })
-                    .collect();
-                let (lrefs, rrefs) = if side == LEFT {
-                    (this_refs, other_refs)
-                } else {
-                    (other_refs, this_refs)
-                };
-                let mut cols = self.gather(LEFT, &lrefs)?;
-                cols.extend(self.gather(RIGHT, &rrefs)?);
-                let joined = RecordBatch::try_new(schema.clone(), cols).map_err(engine)?;
-                let v = expr
-                    .evaluate(&joined)
-                    .and_then(|v| v.into_array(joined.num_rows()))
-                    .map_err(engine)?;
-                let b = v
-                    .as_any()
-                    .downcast_ref::<BooleanArray>()
-                    .ok_or_else(|| engine("a join predicate must be boolean"))?;
-                (0..b.len()).map(|k| b.is_valid(k) && b.value(k)).collect()
-            }
-        };
-        let mut matched = vec![false; kept.num_rows()];
-        for ((i, slot), ok) in candidates.iter().zip(accepted) {
-            if !ok {
-                continue;
-            }
-            let st = &mut self.sides[other];
-            let e = *st.entry(*slot);
-            // Only a preserved side's mark is read (its unmatched rows are emitted at
-            // eviction); marking a row makes it a change the next checkpoint writes,
-            // so an inner join's rows are left as they are (Nexmark q3 wrote each
-            // person again in the checkpoint after its first auction).
-            if (self.preserved[other] && !e.matched) || self.ttl.is_some() {
-                let e = st.entry_mut(*slot);
-                e.matched = true;
-                if self.ttl.is_some() {
-                    // A match keeps the buffered row alive.
-                    e.updated_ms = Some(ctx.processing_time_ms).into();
-                }
-            }
-            let that_ref = Some((e.chunk, e.row));
-            matched[*i] = true;
-            let this_ref = Some((chunk, *i as u32));
-            pairs.push(if side == LEFT {
-                (this_ref, that_ref)
-            } else {
-                (that_ref, this_ref)
-            });
-        }
-        // This side is unique: the other side's rows of the keys it met can meet no
-        // other row, and go unless they are unmatched rows of a preserved side (emitted
-        // when evicted).
-        let removed_other = if probed.is_empty() {
-            0
-        } else {
-            let st = &self.sides[other];
-            let done: Vec<u32> = probed
-                .into_iter()
-                .filter(|slot| !self.preserved[other] || st.entry(*slot).matched)
-                .collect();
-            self.sides[other].remove_slots(&done) as u64
-        };
-        // Store. Rows of the side that goes first always (they may still meet this
-        // batch's rows of the other side); the second side's rows unless they are
-        // evicted right away, except unmatched rows of a preserved side, which are
-        // emitted at eviction. Neither when the other side is
-        // unique and holds the row's key (its one row of that key is the only one the
-        // row can ever meet), unless it is an unmatched row of a preserved side;
-        // rejected duplicates never.
-        let threshold = self.threshold_us(side, ctx);
-        // Keys of one schema are mostly of one length: the first one's is the estimate.
-        let key_len = if rows.num_rows() > 0 {
-            rows.row(0).as_ref().len()
-        } else {
-            0
-        };
-        self.sides[side].reserve(kept.num_rows(), kept.num_rows() * key_len);
-        let mut added = 0;
-        let mut not_kept = 0;
-        for i in 0..kept.num_rows() {
-            let evicting_now = threshold.is_some_and(|th| evict_times[i].is_some_and(|t| t <= th));
-            let waits_outer = self.preserved[side] && !matched[i];
-            let met_its_match = self.unique[other] && other_holds_key[i];
-            let released = met_its_match && !waits_outer;
-            not_kept += u64::from(released);
-            let add = !duplicate[i]
-                && !released
-                && (side == self.first_side() || !evicting_now || waits_outer);
-            if add {
-                self.sides[side].insert_hashed(
-                    hashes[i],
-                    rows.row(i).as_ref(),
-                    Entry {
-                        seq: 0,
-                        chunk,
-                        row: i as u32,
-                        range_time: range[i].into(),
-                        evict_time: evict_times[i].into(),
-                        matched: matched[i],
-                        updated_ms: Some(ctx.processing_time_ms).into(),
-                    },
-                );
-                added += 1;
-            }
-        }
-        Ok(SideRun {
-            late: late_batch,
-            late_count,
-            added,
-            removed_other,
-            not_kept,
-            duplicates,
-        })
-    }
-
-    /// The side whose input meets the state first in a micro-batch (the other side's
-    /// input then meets the state with this batch's rows of the first in it): the left,
-    /// as in Spark, unless only the right side is unique. Its rows then go first, so
-    /// that the left rows of the same batch find their right row in state and are not
-    /// kept, instead of being kept and dropped again when it comes (Nexmark q4: most bids
-    /// arrive in the micro-batch of their auction). The output holds the same pairs
-    /// either way, in another order.
-    fn first_side(&self) -> usize {
-        if self.unique[RIGHT] && !self.unique[LEFT] {
-            RIGHT
-        } else {
-            LEFT
-        }
-    }
-
-    /// Which rows repeat a key of this (unique) side: one it holds, or one an earlier
-    /// row of the batch has. `hashes` are the rows' key hashes ([`SideState::hash`]).
-    fn repeated_keys(
-        &mut self,
-        side: usize,
-        rows: &Rows,
-        hashes: &[u64],
-        null_key: &[bool],
-    ) -> Vec<bool> {
-        let state = &mut self.sides[side];
-        state.prepare_probes(rows.num_rows());
-        // The batch's keys so far, by row, hashed with the state's hashes.
-        let mut seen: hashbrown::HashTable<u32> =
-            hashbrown::HashTable::with_capacity(rows.num_rows());
-        (0..rows.num_rows())
-            .map(|i| {
-                if null_key[i] {
-                    return false;
-                }
-                let (hash, key) = (hashes[i], rows.row(i));
-                let earlier = match seen.entry(
-                    hash,
-                    |&j| rows.row(j as usize) == key,
-                    |&j| hashes[j as usize],
-                ) {
-                    hashbrown::hash_table::Entry::Occupied(_) => true,
-                    hashbrown::hash_table::Entry::Vacant(v) => {
-                        v.insert(i as u32);
-                        false
-                    }
-                };
-                earlier || state.matches_hashed(hash, key.as_ref()).next().is_some()
-            })
-            .collect()
-    }
-
-    /// The columns of `side` for `refs` (`None`: nulls).
-    ///
-    /// Changelogs and snapshots gather the rows of whole micro-batches in arrival order:
-    /// when `refs` are few runs of consecutive rows of one chunk, the runs are sliced
-    /// (no copy for one run, one copy for several) instead of interleaved row by row.
-    fn gather(&self, side: usize, refs: &[Option<RowRef>]) -> Result<Vec<ArrayRef>> {
-        if let Some(runs) = row_runs(refs) {
-            return self.gather_runs(side, &runs);
-        }
-        let state = &self.sides[side];
-        let mut order: Vec<u32> = Vec::new();
-        let mut pos: FastMap<u32, usize> = FastMap::default();
-        // Consecutive refs are mostly of one chunk: its position is remembered, so the
-        // map is looked up once per change of chunk, not once per row.
-        let mut last: Option<(u32, usize)> = None;
-        let indices: Vec<(usize, usize)> = refs
-            .iter()
-            .map(|r| match r {
-                None => (0, 0),
-                Some((c, row)) => {
-                    let p = match last {
-                        Some((lc, lp)) if lc == *c => lp,
-                        _ => {
-                            let p = *pos.entry(*c).or_insert_with(|| {
-                                order.push(*c);
-                                order.len()
-                            });
-                            last = Some((*c, p));
-                            p
-                        }
-                    };
-                    (p, *row as usize)
-                }
-            })
-            .collect();
-        let batches: Vec<&RecordBatch> = order
-            .iter()
-            .map(|c| {
-                state
-                    .chunks
-                    .get(c)
-                    .ok_or_else(|| engine(format!("join state chunk {c} is gone")))
-            })
-            .collect::<Result<_>>()?;
-        let n = self.spec(side).schema.fields().len();
-        (0..n)
-            .map(|j| {
-                let mut arrays: Vec<&dyn Array> = vec![self.nulls[side][j].as_ref()];
-                arrays.extend(batches.iter().map(|b| b.column(j).as_ref()));
-                interleave(&arrays, &indices).map_err(engine)
-            })
-            .collect()
-    }
-
-    /// The columns of `side` for runs of rows (chunk, first row, length).
-    fn gather_runs(&self, side: usize, runs: &[(u32, u32, u32)]) -> Result<Vec<ArrayRef>> {
-        let state = &self.sides[side];
-        let slices: Vec<RecordBatch> = runs
-            .iter()
-            .map(|(c, row, len)| {
-                state
-                    .chunks
-                    .get(c)
-                    .map(|b| b.slice(*row as usize, *len as usize))
-                    .ok_or_else(|| engine(format!("join state chunk {c} is gone")))
-            })
-            .collect::<Result<_>>()?;
-        let schema = &self.spec(side).schema;
-        match slices.as_slice() {
-            [one] => Ok(one.columns().to_vec()),
-            many => Ok(concat_batches(schema, many)
-                .map_err(engine)?
-                .columns()
-                .to_vec()),
-        }
-    }
-
-    fn emit(&self, pairs: &[(Option<RowRef>, Option<RowRef>)]) -> Result<RecordBatch> {
-        let schema = self.layout.output_schema.clone();
-        if pairs.is_empty() {
-            return Ok(RecordBatch::new_empty(schema));
-        }
-        let lrefs: Vec<Option<RowRef>> = pairs.iter().map(|p| p.0).collect();
-        let rrefs: Vec<Option<RowRef>> = pairs.iter().map(|p| p.1).collect();
-        let lcols = self.gather(LEFT, &lrefs)?;
-        let rcols = self.gather(RIGHT, &rrefs)?;
-        let mut cols = Vec::with_capacity(self.out_cols.len());
-        for (oc, f) in self.out_cols.iter().zip(schema.fields()) {
-            let to = |a: &ArrayRef| -> Result<ArrayRef> {
-                if a.data_type() == f.data_type() {
-                    Ok(a.clone())
-                } else {
-                    cast(a, f.data_type()).map_err(engine)
-                }
-            };
-            cols.push(match oc {
-                OutCol::Left(j) => to(&lcols[*j])?,
-                OutCol::Right(j) => to(&rcols[*j])?,
-                OutCol::Merged(lj, rj) => {
-                    let (l, r) = (to(&lcols[*lj])?, to(&rcols[*rj])?);
-                    let mask = is_not_null(&l).map_err(engine)?;
-                    zip(&mask, &l, &r).map_err(engine)?
-                }
-            });
-        }
-        RecordBatch::try_new(schema, cols).map_err(engine)
-    }
-
     /// Merges the live rows of a side into one chunk when dead rows dominate.
     fn compact(&mut self, side: usize) -> Result<()> {
         let state = &self.sides[side];
@@ -956,7 +525,8 @@ impl StreamJoinOperator {
         let entries = state.entries_by_seq();
         let refs: Vec<Option<RowRef>> = entries.iter().map(|e| Some((e.chunk, e.row))).collect();
         let cols = self.gather(side, &refs)?;
-        let batch = RecordBatch::try_new(self.spec(side).schema.clone(), cols).map_err(engine)?;
+        let batch =
+            RecordBatch::try_new(self.spec(side).schema.clone(), cols).map_err(Error::engine)?;
         self.sides[side].rechunk(batch);
         Ok(())
     }
@@ -1000,7 +570,7 @@ impl StreamJoinOperator {
                     );
                 }
             }
-            parts.push(RecordBatch::try_new(schema.clone(), cols).map_err(engine)?);
+            parts.push(RecordBatch::try_new(schema.clone(), cols).map_err(Error::engine)?);
         }
         Ok(parts)
     }
@@ -1025,65 +595,6 @@ impl StreamJoinOperator {
     }
 }
 
-/// `refs` as runs of consecutive rows of one chunk (chunk, first row, length), when none
-/// is `None` and the runs are long enough (64 rows on average) for slicing to beat
-/// interleaving.
-fn row_runs(refs: &[Option<RowRef>]) -> Option<Vec<(u32, u32, u32)>> {
-    let mut runs: Vec<(u32, u32, u32)> = Vec::new();
-    for r in refs {
-        let (chunk, row) = (*r)?;
-        match runs.last_mut() {
-            Some((c, first, len)) if *c == chunk && *first + *len == row => *len += 1,
-            _ => {
-                if runs.len() * 64 > refs.len() {
-                    return None;
-                }
-                runs.push((chunk, row, 1));
-            }
-        }
-    }
-    Some(runs)
-}
-
-/// Compiles a join predicate over `left ++ right` columns (each column by its plain
-/// name, the left one first when both sides have it, as in the batch join).
-fn compile_joined_predicate(
-    p: &Expr,
-    left: &SchemaRef,
-    right: &SchemaRef,
-) -> Result<(Arc<dyn PhysicalExpr>, SchemaRef)> {
-    let l = DFSchema::try_from_qualified_schema(QUALIFIERS[LEFT], left).map_err(engine)?;
-    let r = DFSchema::try_from_qualified_schema(QUALIFIERS[RIGHT], right).map_err(engine)?;
-    let mut both = l.clone();
-    both.merge(&r);
-    let both = Arc::new(both);
-    let mut bindings: IndexMap<String, DfExpr> = IndexMap::new();
-    for (q, s) in [(QUALIFIERS[LEFT], left), (QUALIFIERS[RIGHT], right)] {
-        for f in s.fields() {
-            bindings.entry(f.name().clone()).or_insert_with(|| {
-                DfExpr::Column(Column::new(Some(TableReference::bare(q)), f.name()))
-            });
-        }
-    }
-    let scope = Scope::with_columns(both.clone(), bindings);
-    let logical = compile_predicate(p, &scope)?;
-    let state = crate::session::new_context().state();
-    let physical = state.create_physical_expr(logical, &both).map_err(engine)?;
-    let arrow_schema: SchemaRef = Arc::new(Schema::new(
-        left.fields()
-            .iter()
-            .map(|f| f.as_ref().clone().with_name(format!("l.{}", f.name())))
-            .chain(
-                right
-                    .fields()
-                    .iter()
-                    .map(|f| f.as_ref().clone().with_name(format!("r.{}", f.name()))),
-            )
-            .collect::<Vec<Field>>(),
-    ));
-    Ok((physical, arrow_schema))
-}
-
 impl StatefulOperator for StreamJoinOperator {
     fn name(&self) -> &'static str {
         "symmetricHashJoin"
@@ -1094,7 +605,7 @@ impl StatefulOperator for StreamJoinOperator {
     }
 
     fn process(&mut self, _input: &[RecordBatch], _ctx: &OpContext) -> Result<OpOutput> {
-        Err(engine("a stream-stream join reads two inputs"))
+        Err(Error::engine("a stream-stream join reads two inputs"))
     }
 
     fn process_pair(
@@ -1161,7 +672,7 @@ impl StatefulOperator for StreamJoinOperator {
 
     fn snapshot(&self) -> Result<RecordBatch> {
         let entries = [LEFT, RIGHT].map(|side| self.sides[side].entries_by_seq());
-        concat_batches(&self.snapshot_schema(), &self.state_rows(&entries)?).map_err(engine)
+        concat_batches(&self.snapshot_schema(), &self.state_rows(&entries)?).map_err(Error::engine)
     }
 
     fn changelog_identity(&self) -> Option<&'static [&'static str]> {
@@ -1185,14 +696,16 @@ impl StatefulOperator for StreamJoinOperator {
                 through.push(run[run.len() - 1]);
             }
         }
-        let gone = super::checkpoint::removed_runs(
+        let gone = etlantic_runtime::checkpoint::removed_runs(
             &self.snapshot_schema(),
             vec![("__side", Arc::new(UInt8Array::from(sides)) as ArrayRef)],
             "__seq",
             UInt64Array::from(first),
             UInt64Array::from(through),
         )?;
-        Ok(Some(super::checkpoint::changes_batch(&parts, &gone)?))
+        Ok(Some(etlantic_runtime::checkpoint::changes_batch(
+            &parts, &gone,
+        )?))
     }
 
     fn restore(&mut self, state: &RecordBatch) -> Result<()> {
@@ -1247,30 +760,30 @@ impl StatefulOperator for StreamJoinOperator {
                 .iter()
                 .map(|f| {
                     let c = col(&format!("{prefix}{}", f.name()))?;
-                    let c = arrow::compute::filter(&c, &mask).map_err(engine)?;
+                    let c = arrow::compute::filter(&c, &mask).map_err(Error::engine)?;
                     if c.data_type() == f.data_type() {
                         Ok(c)
                     } else {
-                        cast(&c, f.data_type()).map_err(engine)
+                        cast(&c, f.data_type()).map_err(Error::engine)
                     }
                 })
                 .collect::<Result<Vec<_>>>()?;
             let batch = RecordBatch::try_new(schema.clone(), cols.clone())
                 .or_else(|_| RecordBatch::try_new(relaxed(&schema), cols))
-                .map_err(engine)?;
-            let side_seqs = arrow::compute::filter(&seqs, &mask).map_err(engine)?;
+                .map_err(Error::engine)?;
+            let side_seqs = arrow::compute::filter(&seqs, &mask).map_err(Error::engine)?;
             let side_seqs = side_seqs
                 .as_any()
                 .downcast_ref::<UInt64Array>()
                 .expect("u64")
                 .clone();
-            let side_matched = arrow::compute::filter(&matched, &mask).map_err(engine)?;
+            let side_matched = arrow::compute::filter(&matched, &mask).map_err(Error::engine)?;
             let side_matched = side_matched
                 .as_any()
                 .downcast_ref::<BooleanArray>()
                 .expect("bool")
                 .clone();
-            let side_updated = arrow::compute::filter(&updated, &mask).map_err(engine)?;
+            let side_updated = arrow::compute::filter(&updated, &mask).map_err(Error::engine)?;
             let side_updated = side_updated
                 .as_any()
                 .downcast_ref::<Int64Array>()
@@ -1350,543 +863,5 @@ impl StatefulOperator for StreamJoinOperator {
 // ---------------------------------------------------------------------------------------
 // Building the unit, and running it in a micro-batch.
 
-/// One input of a join step as the program builder sees it.
-pub struct JoinInput<'a> {
-    /// The relation read.
-    pub relation: &'a str,
-    /// The sources feeding it.
-    pub sources: Vec<String>,
-    /// Event-time columns it carries (see [`etlantic_core::ir::lineage`]).
-    pub event_columns: Vec<String>,
-    /// Whether its rows are unique on the join keys (see [`etlantic_core::ir::keys`]).
-    pub unique_on_keys: bool,
-}
-
-/// Builds the stateful unit of a stream-stream join step.
-pub fn join_unit(
-    unit_id: String,
-    step: &ActionNode,
-    left: JoinInput<'_>,
-    right: JoinInput<'_>,
-    schemas: &HashMap<String, SchemaRef>,
-    parameters: &IndexMap<String, Value>,
-    sources: &HashMap<String, SourceInfo>,
-) -> Result<StatefulUnit> {
-    let Action::Join {
-        join_type,
-        left_keys,
-        right_keys,
-        predicate,
-        null_safe,
-        time_range,
-        ..
-    } = &step.op
-    else {
-        return Err(engine("internal: not a join"));
-    };
-    let schema_of = |rel: &str| {
-        schemas.get(rel).cloned().ok_or_else(|| {
-            Error::new(
-                &codes::PLAN_INVALID,
-                format!("unknown relation `{rel}` in a streaming join"),
-            )
-        })
-    };
-    let output_schema = super::stateless::step_schema(step, schemas, parameters)?;
-    let side = |input: &JoinInput<'_>, keys: &Vec<String>| -> Result<(JoinSideSpec, LatePolicy)> {
-        let schema = schema_of(input.relation)?;
-        let infos: Vec<&SourceInfo> = input
-            .sources
-            .iter()
-            .filter_map(|s| sources.get(s))
-            .collect();
-        let watermarked: Vec<&String> =
-            infos.iter().filter_map(|i| i.event_time.as_ref()).collect();
-        let present: Vec<String> = input
-            .event_columns
-            .iter()
-            .filter(|c| schema.field_with_name(c).is_ok())
-            .cloned()
-            .collect();
-        let watermark_column = etlantic_core::ir::lineage::watermark_column(&present)
-            .filter(|_| !watermarked.is_empty())
-            .cloned();
-        let late = infos.first().map(|i| i.late.clone()).unwrap_or_default();
-        Ok((
-            JoinSideSpec {
-                schema,
-                keys: keys.clone(),
-                watermark_column,
-                accept_late: late == LatePolicy::Accept,
-                unique: input.unique_on_keys,
-            },
-            late,
-        ))
-    };
-    let (lspec, llate) = side(&left, left_keys)?;
-    let (rspec, rlate) = side(&right, right_keys)?;
-    let watermarked = lspec.watermark_column.is_some() || rspec.watermark_column.is_some();
-    let predicate = predicate
-        .as_ref()
-        .map(|p| {
-            p.bind_parameters(parameters)
-                .map_err(|m| Error::new(&codes::UNKNOWN_PARAMETER, m))
-        })
-        .transpose()?;
-    let op = StreamJoinOperator::new(JoinLayout {
-        join_type: *join_type,
-        left: lspec,
-        right: rspec,
-        time_range: time_range.clone(),
-        predicate,
-        null_safe: *null_safe,
-        output_schema,
-    })?;
-    let any_source_watermarked = left
-        .sources
-        .iter()
-        .chain(&right.sources)
-        .any(|s| sources.get(s).is_some_and(|i| i.event_time.is_some()));
-    Ok(StatefulUnit {
-        id: unit_id,
-        step: step.clone(),
-        op: Box::new(op),
-        prepare: vec![],
-        late_policy: llate,
-        sources: left.sources.clone(),
-        watermarked: watermarked || any_source_watermarked,
-        // The plan refuses a stream-stream join of a join's output, the one input whose
-        // event time would lag the watermark.
-        watermark_lag_us: 0,
-        inner: false,
-        prepared: Default::default(),
-        changes_since_whole: 0,
-        secondary: Some(SecondaryInput {
-            relation: right.relation.to_string(),
-            late_policy: rlate,
-            sources: right.sources.clone(),
-        }),
-    })
-}
-
-/// What a two-input unit produced in a micro-batch.
-pub struct PairRun {
-    /// The output relation.
-    pub output: Table,
-    /// Late rows to route: (policy, rows, sources).
-    pub late_routes: Vec<(LatePolicy, RecordBatch, String)>,
-    /// Late rows in all.
-    pub late_count: u64,
-    /// Rows rejected for repeating a key their side declares unique.
-    pub duplicates: Vec<DuplicateRows>,
-    /// The operator's progress entry.
-    pub progress: StateProgress,
-}
-
-/// Rows of one side of a stream-stream join that repeat a key the side declares unique
-/// (see [`JoinSideSpec::unique`]): the runtime quarantines them (`ETL704`).
-pub struct DuplicateRows {
-    /// The rows, as they entered the join.
-    pub rows: RecordBatch,
-    /// The sources feeding the side (comma-separated).
-    pub sources: String,
-    /// The side's join keys.
-    pub keys: Vec<String>,
-}
-
-/// Runs a two-input unit (a stream-stream join) on the relations of a micro-batch.
-pub fn run_pair_unit(
-    s: &mut StatefulUnit,
-    local: &HashMap<String, Table>,
-    ctx: &OpContext,
-) -> Result<PairRun> {
-    let sec = s
-        .secondary
-        .as_ref()
-        .ok_or_else(|| engine("internal: not a two-input unit"))?;
-    let get = |rel: &str| {
-        local
-            .get(rel)
-            .cloned()
-            .ok_or_else(|| Error::new(&codes::PLAN_INVALID, format!("unknown relation `{rel}`")))
-    };
-    let left = get(&s.step.target)?;
-    let right = get(&sec.relation)?;
-    let started = Instant::now();
-    let out = s.op.process_pair(&left.batches, &right.batches, ctx)?;
-    let mut late_routes = Vec::new();
-    let [late_l, late_r] = out.late;
-    if let Some(l) = late_l {
-        late_routes.push((s.late_policy.clone(), l, s.sources.join(",")));
-    }
-    if let Some(r) = late_r {
-        late_routes.push((sec.late_policy.clone(), r, sec.sources.join(",")));
-    }
-    let late_count = out.late_count[0] + out.late_count[1];
-    let keys = match &s.step.op {
-        Action::Join {
-            left_keys,
-            right_keys,
-            ..
-        } => [left_keys.clone(), right_keys.clone()],
-        _ => Default::default(),
-    };
-    let sources = [s.sources.join(","), sec.sources.join(",")];
-    let duplicates = out
-        .duplicates
-        .into_iter()
-        .zip(keys.into_iter().zip(sources))
-        .filter_map(|(rows, (keys, sources))| {
-            rows.map(|rows| DuplicateRows {
-                rows,
-                sources,
-                keys,
-            })
-        })
-        .collect();
-    Ok(PairRun {
-        output: Table::new(s.op.output_schema(), out.rows),
-        late_routes,
-        late_count,
-        duplicates,
-        progress: StateProgress {
-            operator_name: s.op.name().to_string(),
-            id: s.id.clone(),
-            metrics: s.op.metrics(),
-            dropped_by_watermark: late_count,
-            time_ms: started.elapsed().as_millis() as u64,
-        },
-    })
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use arrow::array::{AsArray, StringArray, TimestampMicrosecondArray};
-    use arrow::datatypes::TimeUnit;
-    use etlantic_core::streaming::{Duration, OutputMode};
-
-    fn ts() -> DataType {
-        DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
-    }
-
-    fn side(key: &str, time: &str, wm: bool) -> JoinSideSpec {
-        JoinSideSpec {
-            schema: Arc::new(Schema::new(vec![
-                Field::new(key, DataType::Utf8, true),
-                Field::new(time, ts(), true),
-            ])),
-            keys: vec![key.into()],
-            watermark_column: wm.then(|| time.to_string()),
-            accept_late: false,
-            unique: false,
-        }
-    }
-
-    fn layout(join_type: JoinType, lwm: bool, rwm: bool, range: bool) -> JoinLayout {
-        let (left, right) = (side("ad", "it", lwm), side("cad", "ct", rwm));
-        let output_schema = Arc::new(Schema::new(
-            left.schema
-                .fields()
-                .iter()
-                .chain(right.schema.fields())
-                .map(|f| f.as_ref().clone())
-                .collect::<Vec<_>>(),
-        ));
-        JoinLayout {
-            join_type,
-            left,
-            right,
-            time_range: range.then(|| JoinTimeRange {
-                left: "it".into(),
-                right: "ct".into(),
-                lower: Duration::from_secs(20),
-                upper: Duration::from_secs(5),
-            }),
-            predicate: None,
-            null_safe: false,
-            output_schema,
-        }
-    }
-
-    fn batch(spec: &JoinSideSpec, rows: &[(&str, i64)]) -> RecordBatch {
-        RecordBatch::try_new(
-            spec.schema.clone(),
-            vec![
-                Arc::new(StringArray::from(
-                    rows.iter().map(|r| Some(r.0)).collect::<Vec<_>>(),
-                )),
-                Arc::new(
-                    TimestampMicrosecondArray::from(
-                        rows.iter().map(|r| r.1 * 1_000_000).collect::<Vec<_>>(),
-                    )
-                    .with_timezone("UTC"),
-                ),
-            ],
-        )
-        .unwrap()
-    }
-
-    fn ctx(wm_secs: i64) -> OpContext {
-        OpContext {
-            late_watermark_us: wm_secs * 1_000_000,
-            evict_watermark_us: wm_secs * 1_000_000,
-            has_watermark: true,
-            output_mode: OutputMode::Append,
-            accept_late: false,
-            processing_time_ms: 0,
-        }
-    }
-
-    #[test]
-    fn state_watermarks_are_derived_like_spark() {
-        let e = state_evictions(&layout(JoinType::Inner, true, true, true));
-        assert_eq!(
-            e,
-            [
-                Some(Eviction {
-                    column: "it".into(),
-                    offset_ms: -20_001
-                }),
-                Some(Eviction {
-                    column: "ct".into(),
-                    offset_ms: -5_001
-                }),
-            ]
-        );
-        // One side without a watermark: the range cannot bound either side.
-        assert_eq!(
-            state_evictions(&layout(JoinType::Left, false, true, true)),
-            [None, None]
-        );
-        assert_eq!(
-            state_evictions(&layout(JoinType::Inner, true, true, false)),
-            [None, None]
-        );
-        // A watermarked time among the keys evicts both sides by that key.
-        let mut l = layout(JoinType::Left, true, false, false);
-        l.left.keys.push("it".into());
-        l.right.keys.push("ct".into());
-        let e = state_evictions(&l);
-        assert_eq!(e[0].as_ref().unwrap().column, "it");
-        assert_eq!(e[1].as_ref().unwrap().column, "ct");
-        assert_eq!(e[1].as_ref().unwrap().offset_ms, 0);
-    }
-
-    #[test]
-    fn a_restored_snapshot_behaves_like_the_original() {
-        let l = layout(JoinType::Full, true, true, true);
-        let mut a = StreamJoinOperator::new(l.clone()).unwrap();
-        let left = [batch(&l.left, &[("a", 100), ("b", 101), ("c", 102)])];
-        let right = [batch(&l.right, &[("a", 105), ("z", 90)])];
-        let out = a.process_pair(&left, &right, &ctx(0)).unwrap();
-        assert_eq!(out.rows[0].num_rows(), 1);
-        let snap = a.snapshot().unwrap();
-        assert_eq!(snap.num_rows(), 5);
-        let mut b = StreamJoinOperator::new(l.clone()).unwrap();
-        b.restore(&snap).unwrap();
-        assert_eq!(b.snapshot().unwrap(), snap);
-        // The same next micro-batch on both: the watermark evicts everything.
-        let next_l = [batch(&l.left, &[("b", 500)])];
-        let next_r = [batch(&l.right, &[("c", 500)])];
-        let oa = a.process_pair(&next_l, &next_r, &ctx(400)).unwrap();
-        let ob = b.process_pair(&next_l, &next_r, &ctx(400)).unwrap();
-        assert_eq!(oa.rows, ob.rows);
-        // b and c of the left, z of the right, never matched: 3 outer rows.
-        assert_eq!(oa.rows[0].num_rows(), 3);
-        assert_eq!(a.metrics().rows_total, 2);
-        assert_eq!(a.snapshot().unwrap(), b.snapshot().unwrap());
-    }
-
-    #[test]
-    fn compaction_keeps_the_live_rows() {
-        let l = layout(JoinType::Inner, true, true, true);
-        let mut op = StreamJoinOperator::new(l.clone()).unwrap();
-        let rows: Vec<(String, i64)> = (0..10_000)
-            .map(|i| (format!("k{i}"), if i % 10 == 0 { 1_000 } else { 100 }))
-            .collect();
-        let refs: Vec<(&str, i64)> = rows.iter().map(|(k, t)| (k.as_str(), *t)).collect();
-        op.process_pair(&[batch(&l.left, &refs)], &[], &ctx(0))
-            .unwrap();
-        assert_eq!(op.metrics().rows_total, 10_000);
-        // Watermark 500 s: the 9 000 rows at 100 s go; the chunk is rewritten.
-        op.process_pair(&[], &[], &ctx(500)).unwrap();
-        assert_eq!(op.metrics().rows_total, 1_000);
-        assert_eq!(op.sides[LEFT].chunk_rows(), 1_000);
-        // A compacted row still matches.
-        let out = op
-            .process_pair(&[], &[batch(&l.right, &[("k9990", 1_002)])], &ctx(500))
-            .unwrap();
-        assert_eq!(out.rows[0].num_rows(), 1);
-        let snap = op.snapshot().unwrap();
-        assert_eq!(snap.num_rows(), 1_001);
-    }
-
-    /// The rows of `batches` as sorted strings (order-free comparison).
-    fn sorted_rows(batches: &[RecordBatch]) -> Vec<String> {
-        let mut out: Vec<String> = batches
-            .iter()
-            .flat_map(|b| {
-                (0..b.num_rows()).map(move |i| {
-                    b.columns()
-                        .iter()
-                        .map(|c| arrow::util::display::array_value_to_string(c, i).unwrap())
-                        .collect::<Vec<_>>()
-                        .join("|")
-                })
-            })
-            .collect();
-        out.sort();
-        out
-    }
-
-    /// A right side with one row per key, arriving at batch `key` (13 keys); left rows
-    /// of every key in every batch, some before and some after their right row.
-    fn left_rows(b: i64) -> Vec<(String, i64)> {
-        (0..6)
-            .map(|j| (format!("k{}", (b * 7 + j) % 13), b * 10 + j))
-            .collect()
-    }
-
-    fn right_rows(b: i64) -> Vec<(String, i64)> {
-        if b < 13 {
-            vec![(format!("k{b}"), b * 10)]
-        } else {
-            vec![]
-        }
-    }
-
-    fn as_refs(rows: &[(String, i64)]) -> Vec<(&str, i64)> {
-        rows.iter().map(|(k, t)| (k.as_str(), *t)).collect()
-    }
-
-    /// A side declared unique on its join keys changes how much state the join keeps,
-    /// never what it outputs: the same batches through the join with and without the
-    /// declaration give the same rows, and with it the left side holds no row that met
-    /// its right row (an inner join keeps none of those; a left outer join keeps only
-    /// unmatched ones, for their null-padded row at eviction).
-    #[test]
-    fn a_unique_side_changes_the_state_not_the_output() {
-        for join_type in [JoinType::Inner, JoinType::Left, JoinType::Full] {
-            let plain = layout(join_type, true, true, true);
-            let mut unique = plain.clone();
-            unique.right.unique = true;
-            let mut a = StreamJoinOperator::new(plain.clone()).unwrap();
-            let mut b = StreamJoinOperator::new(unique).unwrap();
-            let (mut out_a, mut out_b) = (Vec::new(), Vec::new());
-            let (mut held_a, mut held_b, mut matched_a) = (0, 0, 0);
-            for batch_no in 0..25 {
-                let l = [batch(&plain.left, &as_refs(&left_rows(batch_no)))];
-                let r = [batch(&plain.right, &as_refs(&right_rows(batch_no)))];
-                let c = ctx(batch_no * 10 - 30);
-                out_a.extend(a.process_pair(&l, &r, &c).unwrap().rows);
-                let ob = b.process_pair(&l, &r, &c).unwrap();
-                assert!(ob.duplicates.iter().all(Option::is_none));
-                out_b.extend(ob.rows);
-                held_a += a.sides[LEFT].rows;
-                held_b += b.sides[LEFT].rows;
-                matched_a += a.sides[LEFT]
-                    .entries_by_seq()
-                    .iter()
-                    .filter(|e| e.matched)
-                    .count();
-                // Every left row still held by `b` is one that has not met its right row.
-                for e in b.sides[LEFT].entries_by_seq() {
-                    assert!(!e.matched, "{join_type:?}: a matched left row is held");
-                }
-            }
-            assert_eq!(sorted_rows(&out_a), sorted_rows(&out_b), "{join_type:?}");
-            assert!(!out_a.iter().all(|b| b.num_rows() == 0));
-            if join_type == JoinType::Inner {
-                // The left side is not preserved, so its held rows are not marked when
-                // they match (see the next test): the declaration must still save state.
-                assert!(held_b < held_a, "{join_type:?}: {held_b} vs {held_a}");
-            } else {
-                // Without the declaration the matched rows wait for their eviction.
-                assert!(matched_a > 0, "{join_type:?}");
-                assert!(
-                    held_b <= held_a - matched_a,
-                    "{join_type:?}: {held_b} left rows held over the batches, {held_a} \
-                     ({matched_a} matched) without the key"
-                );
-            }
-        }
-    }
-
-    /// Only a preserved side's `matched` mark is ever read, so only there does a match
-    /// change a held row, which the next checkpoint then writes again: in an inner join
-    /// the changes after a match are the new rows alone.
-    #[test]
-    fn a_match_changes_a_held_row_only_on_a_preserved_side() {
-        for (join_type, rewritten) in [(JoinType::Inner, 0), (JoinType::Left, 2)] {
-            let l = layout(join_type, true, true, true);
-            let mut op = StreamJoinOperator::new(l.clone()).unwrap();
-            let left = [batch(&l.left, &[("a", 100), ("b", 101), ("c", 102)])];
-            op.process_pair(&left, &[], &ctx(0)).unwrap();
-            assert_eq!(op.changes().unwrap().unwrap().num_rows(), 3);
-            let right = [batch(&l.right, &[("a", 103), ("b", 103)])];
-            let out = op.process_pair(&[], &right, &ctx(0)).unwrap();
-            assert_eq!(out.rows[0].num_rows(), 2, "{join_type:?}");
-            let changes = op.changes().unwrap().unwrap();
-            let sides = changes
-                .column_by_name("__side")
-                .unwrap()
-                .as_primitive::<arrow::datatypes::UInt8Type>();
-            let count = |side: usize| sides.iter().filter(|s| *s == Some(side as u8)).count();
-            assert_eq!(count(RIGHT), 2, "{join_type:?}: the new right rows");
-            assert_eq!(count(LEFT), rewritten, "{join_type:?}: left rows rewritten");
-        }
-    }
-
-    /// A row repeating a unique key the join still holds is rejected and joins nothing,
-    /// as is the second of two rows of one key in a batch.
-    #[test]
-    fn a_repeated_unique_key_is_rejected() {
-        let mut l = layout(JoinType::Inner, true, true, true);
-        l.right.unique = true;
-        let mut op = StreamJoinOperator::new(l.clone()).unwrap();
-        let out = op
-            .process_pair(
-                &[batch(&l.left, &[("a", 100)])],
-                &[batch(&l.right, &[("a", 100), ("b", 100), ("a", 101)])],
-                &ctx(0),
-            )
-            .unwrap();
-        assert_eq!(
-            out.rows[0].num_rows(),
-            1,
-            "the left row meets the first `a`"
-        );
-        let dup = out.duplicates[RIGHT].as_ref().expect("the second `a`");
-        assert_eq!(sorted_rows(std::slice::from_ref(dup)).len(), 1);
-        assert!(out.duplicates[LEFT].is_none());
-        // `b` is held: its repeat in a later batch is rejected too, and its left row
-        // meets the first `b` only.
-        let out = op
-            .process_pair(
-                &[batch(&l.left, &[("b", 102)])],
-                &[batch(&l.right, &[("b", 103)])],
-                &ctx(0),
-            )
-            .unwrap();
-        assert_eq!(out.rows[0].num_rows(), 1);
-        let rows = sorted_rows(&out.rows);
-        assert!(rows[0].ends_with("1970-01-01T00:01:40Z"), "{rows:?}");
-        assert_eq!(
-            out.duplicates[RIGHT].as_ref().map(RecordBatch::num_rows),
-            Some(1)
-        );
-        // Without the declaration, both rows of a key join.
-        let plain = layout(JoinType::Inner, true, true, true);
-        let mut op = StreamJoinOperator::new(plain.clone()).unwrap();
-        let out = op
-            .process_pair(
-                &[batch(&plain.left, &[("a", 100)])],
-                &[batch(&plain.right, &[("a", 100), ("a", 101)])],
-                &ctx(0),
-            )
-            .unwrap();
-        assert_eq!(out.rows[0].num_rows(), 2);
-        assert!(out.duplicates.iter().all(Option::is_none));
-    }
-}
+mod tests;

@@ -35,16 +35,12 @@ use arrow::row::{RowConverter, SortField};
 use etlantic_core::diagnostics::{codes, Error, Result};
 use etlantic_core::plugin::processor::{
     Emitted, ExpiredTimer, GroupKey, KeyState, ProcessorContext, ProcessorCounters, ProcessorInit,
-    ProcessorSpec, Slot, StateDecl, StateKind, StatefulProcessor, StoredValue, TimerValues,
+    ProcessorSpec, StateDecl, StateKind, StatefulProcessor, TimerValues,
 };
 use etlantic_core::streaming::{ExecutionMode, OutputMode, TimeMode};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-
-fn engine(e: impl std::fmt::Display) -> Error {
-    Error::new(&codes::ENGINE_ERROR, e.to_string())
-}
 
 struct Entry {
     key: Arc<GroupKey>,
@@ -121,7 +117,7 @@ impl ProcessorOperator {
                 .map(|f| SortField::new(f.data_type().clone()))
                 .collect()
         })
-        .map_err(engine)?;
+        .map_err(Error::engine)?;
         let spec = ProcessorSpec {
             input_schema: input.clone(),
             keys: keys.to_vec(),
@@ -175,10 +171,9 @@ impl ProcessorOperator {
         self.keys
             .iter()
             .map(|k| {
-                batch
-                    .column_by_name(k)
-                    .cloned()
-                    .ok_or_else(|| engine(format!("the processor input has no key column `{k}`")))
+                batch.column_by_name(k).cloned().ok_or_else(|| {
+                    Error::engine(format!("the processor input has no key column `{k}`"))
+                })
             })
             .collect()
     }
@@ -193,7 +188,7 @@ impl ProcessorOperator {
         let b = if cols.is_empty() {
             RecordBatch::new_empty(self.key_schema.clone())
         } else {
-            RecordBatch::try_new(self.key_schema.clone(), cols).map_err(engine)?
+            RecordBatch::try_new(self.key_schema.clone(), cols).map_err(Error::engine)?
         };
         GroupKey::new(b)
     }
@@ -228,14 +223,15 @@ impl ProcessorOperator {
             let keep: arrow::array::BooleanArray = (0..b.num_rows())
                 .map(|i| Some(!(t.is_valid(i) && t.value(i) <= ctx.late_watermark_us)))
                 .collect();
-            kept.push(filter_record_batch(b, &keep).map_err(engine)?);
+            kept.push(filter_record_batch(b, &keep).map_err(Error::engine)?);
             out.late_count += late.len() as u64;
-            late_batches
-                .push(take_record_batch(b, &UInt32Array::from(late.clone())).map_err(engine)?);
+            late_batches.push(
+                take_record_batch(b, &UInt32Array::from(late.clone())).map_err(Error::engine)?,
+            );
             out.late_index.push((bi, late));
         }
         if let Some(first) = late_batches.first() {
-            out.late = Some(concat_batches(&first.schema(), &late_batches).map_err(engine)?);
+            out.late = Some(concat_batches(&first.schema(), &late_batches).map_err(Error::engine)?);
         }
         Ok(kept)
     }
@@ -252,11 +248,11 @@ impl ProcessorOperator {
         let Some(first) = kept.first() else {
             return Ok(());
         };
-        let batch = concat_batches(&first.schema(), kept.iter().copied()).map_err(engine)?;
+        let batch = concat_batches(&first.schema(), kept.iter().copied()).map_err(Error::engine)?;
         let rows = self
             .converter
             .convert_columns(&self.key_columns(&batch)?)
-            .map_err(engine)?;
+            .map_err(Error::engine)?;
         let mut order: Vec<Vec<u8>> = Vec::new();
         let mut groups: HashMap<Vec<u8>, Vec<u32>> = HashMap::new();
         for i in 0..batch.num_rows() {
@@ -282,7 +278,7 @@ impl ProcessorOperator {
                     },
                 );
             }
-            let rows = take_record_batch(&batch, &UInt32Array::from(idx)).map_err(engine)?;
+            let rows = take_record_batch(&batch, &UInt32Array::from(idx)).map_err(Error::engine)?;
             let entry = self.store.get_mut(&k).expect("inserted");
             let key = entry.key.clone();
             let mut ctx = ProcessorContext::new(
@@ -315,7 +311,7 @@ impl ProcessorOperator {
             .iter()
             .flat_map(|(k, e)| {
                 e.state
-                    .timers
+                    .timers()
                     .iter()
                     .take_while(|t| due(**t))
                     .map(move |t| (*t, k.clone()))
@@ -327,7 +323,7 @@ impl ProcessorOperator {
             let Some(entry) = self.store.get_mut(&k) else {
                 continue;
             };
-            if !entry.state.timers.remove(&t) {
+            if !entry.state.remove_timer(t) {
                 continue;
             }
             fired += 1;
@@ -377,7 +373,7 @@ impl ProcessorOperator {
             let mut decoder = arrow::json::ReaderBuilder::new(self.out_schema.clone())
                 .with_strict_mode(true)
                 .build_decoder()
-                .map_err(engine)?;
+                .map_err(Error::engine)?;
             decoder.serialize(rows).map_err(|e| {
                 self.in_processor(Error::new(
                     &codes::ENGINE_ERROR,
@@ -418,7 +414,7 @@ impl ProcessorOperator {
                     }
                     out.push(
                         RecordBatch::try_new(self.out_schema.clone(), b.columns().to_vec())
-                            .map_err(|e| self.in_processor(engine(e)))?,
+                            .map_err(|e| self.in_processor(Error::engine(e)))?,
                     );
                 }
             }
@@ -456,7 +452,7 @@ impl ProcessorOperator {
     fn rows_total(&self) -> u64 {
         self.store
             .values()
-            .map(|e| e.state.entries() + e.state.timers.len() as u64)
+            .map(|e| e.state.entries() + e.state.timers().len() as u64)
             .sum()
     }
 
@@ -528,26 +524,19 @@ impl StatefulOperator for ProcessorOperator {
     fn snapshot(&self) -> Result<RecordBatch> {
         let mut snap: Vec<SnapRow<'_>> = Vec::new();
         for (k, e) in &self.store {
-            for (decl, slot) in self.decls.iter().zip(&e.state.slots) {
-                let row = |kind, map_key, value| SnapRow {
-                    key: k,
-                    kind,
-                    state: Some(decl.name.as_str()),
-                    map_key,
-                    value: Some(value),
-                    timer: None,
-                };
-                match slot {
-                    Slot::Empty => {}
-                    Slot::Value(v) => snap.push(row(KIND_VALUE, None, v)),
-                    Slot::List(l) => snap.extend(l.iter().map(|v| row(KIND_LIST, None, v))),
-                    Slot::Map(m) => snap.extend(
-                        m.iter()
-                            .map(|(mk, v)| row(KIND_MAP, Some(mk.as_slice()), v)),
-                    ),
-                }
-            }
-            snap.extend(e.state.timers.iter().map(|t| SnapRow {
+            snap.extend(e.state.entries_stored().into_iter().map(|s| SnapRow {
+                key: k,
+                kind: match s.kind {
+                    StateKind::Value => KIND_VALUE,
+                    StateKind::List => KIND_LIST,
+                    StateKind::Map => KIND_MAP,
+                },
+                state: Some(self.decls[s.slot].name.as_str()),
+                map_key: s.map_key,
+                value: Some((s.value, s.expires_at_ms)),
+                timer: None,
+            }));
+            snap.extend(e.state.timers().iter().map(|t| SnapRow {
                 key: k,
                 kind: KIND_TIMER,
                 state: None,
@@ -560,7 +549,7 @@ impl StatefulOperator for ProcessorOperator {
         let key_cols = self
             .converter
             .convert_rows(snap.iter().map(|r| parser.parse(r.key)))
-            .map_err(engine)?;
+            .map_err(Error::engine)?;
         let mut fields: Vec<Field> = Vec::new();
         let mut cols: Vec<ArrayRef> = Vec::new();
         if !self.keys.is_empty() {
@@ -587,17 +576,18 @@ impl StatefulOperator for ProcessorOperator {
         )));
         fields.push(Field::new("__value", DataType::Binary, true));
         cols.push(Arc::new(BinaryArray::from_iter(
-            snap.iter().map(|r| r.value.map(|v| v.bytes.as_slice())),
+            snap.iter().map(|r| r.value.map(|(bytes, _)| bytes)),
         )));
         fields.push(Field::new("__expires_ms", DataType::Int64, true));
         cols.push(Arc::new(Int64Array::from_iter(
-            snap.iter().map(|r| r.value.and_then(|v| v.expires_at_ms)),
+            snap.iter()
+                .map(|r| r.value.and_then(|(_, expires)| expires)),
         )));
         fields.push(Field::new("__timer_ms", DataType::Int64, true));
         cols.push(Arc::new(Int64Array::from_iter(
             snap.iter().map(|r| r.timer),
         )));
-        RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).map_err(engine)
+        RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).map_err(Error::engine)
     }
 
     fn restore(&mut self, state: &RecordBatch) -> Result<()> {
@@ -696,7 +686,7 @@ impl StatefulOperator for ProcessorOperator {
                 if timers.is_null(i) {
                     return Err(corrupt("a timer row without `__timer_ms`".into()));
                 }
-                entry.state.timers.insert(timers.value(i));
+                entry.state.add_timer(timers.value(i));
                 continue;
             }
             // A state variable the processor no longer declares is dropped.
@@ -729,30 +719,17 @@ impl StatefulOperator for ProcessorOperator {
             if values.is_null(i) {
                 return Err(corrupt("a state row without `__value`".into()));
             }
-            let v = StoredValue {
-                bytes: values.value(i).to_vec(),
-                expires_at_ms: expires.is_valid(i).then(|| expires.value(i)),
-            };
-            let target = &mut entry.state.slots[slot];
-            match found {
-                StateKind::Value => *target = Slot::Value(v),
-                StateKind::List => match target {
-                    Slot::List(l) => l.push(v),
-                    other => *other = Slot::List(vec![v]),
-                },
-                StateKind::Map => {
-                    if map_keys.is_null(i) {
-                        return Err(corrupt("a map row without `__map_key`".into()));
-                    }
-                    let mk = map_keys.value(i).to_vec();
-                    match target {
-                        Slot::Map(m) => {
-                            m.insert(mk, v);
-                        }
-                        other => *other = Slot::Map(BTreeMap::from([(mk, v)])),
-                    }
-                }
-            }
+            let map_key = map_keys.is_valid(i).then(|| map_keys.value(i).to_vec());
+            entry
+                .state
+                .restore_entry(
+                    slot,
+                    found,
+                    map_key,
+                    values.value(i).to_vec(),
+                    expires.is_valid(i).then(|| expires.value(i)),
+                )
+                .map_err(|m| corrupt(format!("a {} row: {m}", found.as_str())))?;
         }
         self.store = store;
         self.metrics.rows_total = self.rows_total();
@@ -772,7 +749,7 @@ impl StatefulOperator for ProcessorOperator {
         let next = self
             .store
             .values()
-            .filter_map(|e| e.state.timers.first())
+            .filter_map(|e| e.state.timers().first())
             .min();
         match (self.time_mode, next) {
             (TimeMode::EventTime, Some(t)) => watermark_ms.is_some_and(|w| *t <= w),
@@ -791,7 +768,7 @@ impl StatefulOperator for ProcessorOperator {
                 "numRegisteredTimers",
                 self.store
                     .values()
-                    .map(|e| e.state.timers.len() as u64)
+                    .map(|e| e.state.timers().len() as u64)
                     .sum(),
             ),
             ("numExpiredTimers", self.figures.timers_fired),
@@ -811,261 +788,10 @@ struct SnapRow<'a> {
     kind: &'static str,
     state: Option<&'a str>,
     map_key: Option<&'a [u8]>,
-    value: Option<&'a StoredValue>,
+    /// The encoded value and when it expires.
+    value: Option<(&'a [u8], Option<i64>)>,
     timer: Option<i64>,
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use arrow::array::StringArray;
-    use etlantic_core::plugin::processor::{invalid, MapState, ProcessorProvider, ValueState};
-    use etlantic_core::plugin::ProcessorRegistration;
-    use serde_json::json;
-
-    /// Counts each `tag` per key in a map state (TTL 10 s) and, 5 s of processing time
-    /// after the key's last input, emits `{user, summary}`.
-    struct TagsProvider;
-    struct Tags {
-        schema: SchemaRef,
-        tags: Option<MapState<String, i64>>,
-        rows: Option<ValueState<i64>>,
-        bad_output: bool,
-    }
-
-    impl ProcessorProvider for TagsProvider {
-        fn name(&self) -> &'static str {
-            "unit_tags"
-        }
-        fn description(&self) -> &'static str {
-            "unit test processor"
-        }
-        fn create(&self, spec: &ProcessorSpec) -> Result<Box<dyn StatefulProcessor>> {
-            if spec.time_mode != TimeMode::ProcessingTime {
-                return Err(invalid("processing time only"));
-            }
-            Ok(Box::new(Tags {
-                schema: Arc::new(Schema::new(vec![
-                    Field::new("user", DataType::Utf8, true),
-                    Field::new("summary", DataType::Utf8, false),
-                ])),
-                tags: None,
-                rows: None,
-                bad_output: spec.options.get("bad_output").is_some(),
-            }))
-        }
-    }
-
-    impl StatefulProcessor for Tags {
-        fn output_schema(&self) -> SchemaRef {
-            self.schema.clone()
-        }
-        fn init(&mut self, init: &mut ProcessorInit) -> Result<()> {
-            self.tags = Some(init.map_state("tags", Some("10 seconds".parse()?))?);
-            self.rows = Some(init.value_state("rows", None)?);
-            Ok(())
-        }
-        fn handle_input_rows(
-            &mut self,
-            _key: &GroupKey,
-            rows: &RecordBatch,
-            ctx: &mut ProcessorContext<'_>,
-        ) -> Result<()> {
-            let (tags, n) = (self.tags.unwrap(), self.rows.unwrap());
-            let col = rows.column_by_name("tag").unwrap();
-            let col = col.as_any().downcast_ref::<StringArray>().unwrap();
-            for i in 0..col.len() {
-                let t = col.value(i).to_string();
-                let c = tags.get(ctx, &t)?.unwrap_or(0);
-                tags.put(ctx, &t, &(c + 1))?;
-            }
-            let total = n.get(ctx)?.unwrap_or(0) + rows.num_rows() as i64;
-            n.set(ctx, &total)?;
-            let now = ctx.timer_values().processing_time_ms;
-            ctx.register_timer(now + 5_000)
-        }
-        fn handle_expired_timer(
-            &mut self,
-            key: &GroupKey,
-            _timer: ExpiredTimer,
-            ctx: &mut ProcessorContext<'_>,
-        ) -> Result<()> {
-            let (tags, n) = (self.tags.unwrap(), self.rows.unwrap());
-            let entries = tags.entries(ctx)?;
-            let summary = format!("{} rows; {:?}", n.get(ctx)?.unwrap_or(0), entries);
-            if self.bad_output {
-                return ctx.emit(&json!({"user": key.get("user"), "nope": 1}));
-            }
-            ctx.emit(&json!({"user": key.get("user"), "summary": summary}))
-        }
-    }
-
-    inventory::submit! { ProcessorRegistration(&TagsProvider) }
-
-    fn input() -> SchemaRef {
-        Arc::new(Schema::new(vec![
-            Field::new("user", DataType::Utf8, true),
-            Field::new("tag", DataType::Utf8, false),
-        ]))
-    }
-
-    fn rows(data: &[(Option<&str>, &str)]) -> RecordBatch {
-        RecordBatch::try_new(
-            input(),
-            vec![
-                Arc::new(StringArray::from(
-                    data.iter().map(|(u, _)| *u).collect::<Vec<_>>(),
-                )),
-                Arc::new(StringArray::from(
-                    data.iter().map(|(_, t)| *t).collect::<Vec<_>>(),
-                )),
-            ],
-        )
-        .unwrap()
-    }
-
-    fn op(options: Value) -> ProcessorOperator {
-        ProcessorOperator::new(
-            "unit_tags",
-            &["user".to_string()],
-            TimeMode::ProcessingTime,
-            &options,
-            input(),
-            None,
-            ExecutionMode::Streaming,
-        )
-        .unwrap()
-    }
-
-    fn ctx(now: i64) -> OpContext {
-        OpContext {
-            late_watermark_us: 0,
-            evict_watermark_us: 0,
-            has_watermark: false,
-            output_mode: OutputMode::Append,
-            accept_late: false,
-            processing_time_ms: now,
-        }
-    }
-
-    fn out_rows(out: &OpOutput) -> Vec<Value> {
-        out.rows
-            .iter()
-            .flat_map(|b| etlantic_core::plugin::processor::rows_as_json(b).unwrap())
-            .map(Value::Object)
-            .collect()
-    }
-
-    #[test]
-    fn map_state_timers_and_ttl_survive_snapshot_and_restore() {
-        let mut a = op(json!({}));
-        let out = a
-            .process(
-                &[rows(&[
-                    (Some("u1"), "x"),
-                    (None, "y"),
-                    (Some("u1"), "x"),
-                    (Some("u1"), "z"),
-                ])],
-                &ctx(0),
-            )
-            .unwrap();
-        assert!(out_rows(&out).is_empty());
-        // u1: 2 map entries + count + timer; null key: 1 entry + count + timer.
-        assert_eq!(a.metrics().rows_total, 7);
-        assert!(a.has_due_work(None, 5_000));
-        assert!(!a.has_due_work(None, 4_999));
-        let snap = a.snapshot().unwrap();
-        assert_eq!(snap.num_rows(), 7);
-        let mut b = op(json!({}));
-        b.restore(&snap).unwrap();
-        assert_eq!(b.snapshot().unwrap(), snap);
-        // u1 again at 3 s: entry x gets a fresh TTL (z keeps 0 s); a second timer at 8 s.
-        for o in [&mut a, &mut b] {
-            o.process(&[rows(&[(Some("u1"), "x")])], &ctx(3_000))
-                .unwrap();
-        }
-        assert_eq!(a.snapshot().unwrap(), b.snapshot().unwrap());
-        // At 6 s the 5 s timers fire, in (time, key) order (a null key sorts first).
-        let (oa, ob) = (
-            a.process(&[], &ctx(6_000)).unwrap(),
-            b.process(&[], &ctx(6_000)).unwrap(),
-        );
-        assert_eq!(out_rows(&oa), out_rows(&ob));
-        assert_eq!(
-            out_rows(&oa),
-            [
-                json!({"user": null, "summary": "1 rows; [(\"y\", 1)]"}),
-                json!({"user": "u1", "summary": "4 rows; [(\"x\", 3), (\"z\", 1)]"}),
-            ]
-            .to_vec()
-        );
-        let metric = |o: &ProcessorOperator, name: &str| {
-            o.custom_metrics()
-                .iter()
-                .find(|(k, _)| *k == name)
-                .map(|(_, v)| *v)
-        };
-        assert_eq!(metric(&b, "numExpiredTimers"), Some(2));
-        assert_eq!(metric(&b, "numRegisteredTimers"), Some(1));
-        // At 10 s y and z (written at 0 s) have expired: the 8 s timer of u1 no longer
-        // sees z, and the end of the batch removes both.
-        let out = b.process(&[], &ctx(10_000)).unwrap();
-        assert_eq!(
-            out_rows(&out),
-            [json!({"user": "u1", "summary": "4 rows; [(\"x\", 3)]"})].to_vec()
-        );
-        assert_eq!(metric(&b, ROWS_REMOVED_BY_TTL), Some(2));
-        // At 13 s x (written at 3 s) expires: only the two counts remain.
-        let out = b.process(&[], &ctx(13_000)).unwrap();
-        assert!(out_rows(&out).is_empty());
-        assert_eq!(metric(&b, ROWS_REMOVED_BY_TTL), Some(1));
-        assert_eq!(b.metrics().rows_total, 2);
-        assert_eq!(b.metrics().rows_removed, 1);
-    }
-
-    #[test]
-    fn bad_rows_and_unknown_processors_are_reported_with_codes() {
-        let mut o = op(json!({"bad_output": true}));
-        o.process(&[rows(&[(Some("u"), "t")])], &ctx(0)).unwrap();
-        let e = o.process(&[], &ctx(5_000)).unwrap_err();
-        assert_eq!(e.code(), "ETL707");
-        assert!(e.to_string().contains("unit_tags"), "{e}");
-        let e = ProcessorOperator::new(
-            "nope",
-            &[],
-            TimeMode::None,
-            &Value::Null,
-            input(),
-            None,
-            ExecutionMode::Streaming,
-        )
-        .err()
-        .unwrap();
-        assert_eq!(e.code(), "ETL220");
-        let e = ProcessorOperator::new(
-            "unit_tags",
-            &["who".to_string()],
-            TimeMode::ProcessingTime,
-            &Value::Null,
-            input(),
-            None,
-            ExecutionMode::Streaming,
-        )
-        .err()
-        .unwrap();
-        assert_eq!(e.code(), "ETL206");
-        let e = ProcessorOperator::new(
-            "unit_tags",
-            &[],
-            TimeMode::EventTime,
-            &Value::Null,
-            input(),
-            None,
-            ExecutionMode::Streaming,
-        )
-        .err()
-        .unwrap();
-        assert_eq!(e.code(), "ETL320");
-    }
-}
+mod tests;

@@ -3,6 +3,7 @@
 //! operators of [`super::operators`] against their state).
 
 use super::accumulators::AggSpec;
+use super::join::{JoinLayout, JoinSideSpec, StreamJoinOperator};
 use super::operators::{
     AggregateLayout, AggregateOperator, DedupOperator, Geometry, StatefulOperator,
 };
@@ -15,6 +16,7 @@ use etlantic_core::ir::lineage::EventColumn;
 use etlantic_core::ir::{Action, ActionNode, Expr, NamedExpr, WindowKind};
 use etlantic_core::plugin::{StepLogic, StepTask};
 use etlantic_core::streaming::{LatePolicy, OutputMode};
+use etlantic_runtime::engine::ProgramSource;
 use indexmap::IndexMap;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -162,18 +164,6 @@ pub struct UpstreamKeys<'a> {
     pub stateful_keys: bool,
 }
 
-/// Information about the sources of the region.
-pub struct SourceInfo {
-    /// Event-time column, if the source is watermarked.
-    pub event_time: Option<String>,
-    /// Watermark delay (µs).
-    pub delay_us: Option<i64>,
-    /// Late policy.
-    pub late: LatePolicy,
-    /// A static source (`static_refresh`): read as a bounded table each micro-batch.
-    pub is_static: bool,
-}
-
 fn schema_of(rel: &str, schemas: &HashMap<String, SchemaRef>) -> Result<SchemaRef> {
     schemas.get(rel).cloned().ok_or_else(|| {
         Error::new(
@@ -229,7 +219,7 @@ pub fn build_transform(
     upstream_sources: &HashMap<String, Vec<String>>,
     event_time: &HashMap<String, Vec<EventColumn>>,
     unique: UpstreamKeys<'_>,
-    sources: &HashMap<String, SourceInfo>,
+    sources: &HashMap<String, ProgramSource>,
     schemas: &mut HashMap<String, SchemaRef>,
 ) -> Result<TransformUnit> {
     let inputs: IndexMap<String, String> = task.inputs.clone();
@@ -375,16 +365,16 @@ pub fn build_transform(
                 else {
                     unreachable!("a join stays a join");
                 };
-                let unit = super::join::join_unit(
+                let unit = join_unit(
                     format!("{}.{}", task.id, step.id),
                     &step,
-                    super::join::JoinInput {
+                    JoinInput {
                         relation: &step.target,
                         sources: left_fed,
                         event_columns: left_events,
                         unique_on_keys: unique_on_keys[0],
                     },
-                    super::join::JoinInput {
+                    JoinInput {
                         relation: pruned_right,
                         sources: right_fed,
                         event_columns: right_events,
@@ -413,7 +403,7 @@ pub fn build_transform(
             });
         }
         let input = schema_of(&step.target, schemas)?;
-        let infos: Vec<&SourceInfo> = fed.iter().filter_map(|s| sources.get(s)).collect();
+        let infos: Vec<&ProgramSource> = fed.iter().filter_map(|s| sources.get(s)).collect();
         let watermarked = infos.iter().any(|i| i.event_time.is_some());
         let late_policy = infos.first().map(|i| i.late.clone()).unwrap_or_default();
         let lagged: &[EventColumn] = lineage.get(&step.target).map_or(&[][..], |c| c);
@@ -837,4 +827,123 @@ pub fn gather_rows(
             arrow::compute::concat_batches(&first.schema(), &parts).map_err(engine)?,
         )),
     }
+}
+
+/// One input of a join step as the program builder sees it.
+pub struct JoinInput<'a> {
+    /// The relation read.
+    pub relation: &'a str,
+    /// The sources feeding it.
+    pub sources: Vec<String>,
+    /// Event-time columns it carries (see [`etlantic_core::ir::lineage`]).
+    pub event_columns: Vec<String>,
+    /// Whether its rows are unique on the join keys (see [`etlantic_core::ir::keys`]).
+    pub unique_on_keys: bool,
+}
+
+/// Builds the stateful unit of a stream-stream join step.
+pub fn join_unit(
+    unit_id: String,
+    step: &ActionNode,
+    left: JoinInput<'_>,
+    right: JoinInput<'_>,
+    schemas: &HashMap<String, SchemaRef>,
+    parameters: &IndexMap<String, Value>,
+    sources: &HashMap<String, ProgramSource>,
+) -> Result<StatefulUnit> {
+    let Action::Join {
+        join_type,
+        left_keys,
+        right_keys,
+        predicate,
+        null_safe,
+        time_range,
+        ..
+    } = &step.op
+    else {
+        return Err(Error::new(&codes::ENGINE_ERROR, "internal: not a join"));
+    };
+    let schema_of = |rel: &str| {
+        schemas.get(rel).cloned().ok_or_else(|| {
+            Error::new(
+                &codes::PLAN_INVALID,
+                format!("unknown relation `{rel}` in a streaming join"),
+            )
+        })
+    };
+    let output_schema = super::stateless::step_schema(step, schemas, parameters)?;
+    let side = |input: &JoinInput<'_>, keys: &Vec<String>| -> Result<(JoinSideSpec, LatePolicy)> {
+        let schema = schema_of(input.relation)?;
+        let infos: Vec<&ProgramSource> = input
+            .sources
+            .iter()
+            .filter_map(|s| sources.get(s))
+            .collect();
+        let watermarked: Vec<&String> =
+            infos.iter().filter_map(|i| i.event_time.as_ref()).collect();
+        let present: Vec<String> = input
+            .event_columns
+            .iter()
+            .filter(|c| schema.field_with_name(c).is_ok())
+            .cloned()
+            .collect();
+        let watermark_column = etlantic_core::ir::lineage::watermark_column(&present)
+            .filter(|_| !watermarked.is_empty())
+            .cloned();
+        let late = infos.first().map(|i| i.late.clone()).unwrap_or_default();
+        Ok((
+            JoinSideSpec {
+                schema,
+                keys: keys.clone(),
+                watermark_column,
+                accept_late: late == LatePolicy::Accept,
+                unique: input.unique_on_keys,
+            },
+            late,
+        ))
+    };
+    let (lspec, llate) = side(&left, left_keys)?;
+    let (rspec, rlate) = side(&right, right_keys)?;
+    let watermarked = lspec.watermark_column.is_some() || rspec.watermark_column.is_some();
+    let predicate = predicate
+        .as_ref()
+        .map(|p| {
+            p.bind_parameters(parameters)
+                .map_err(|m| Error::new(&codes::UNKNOWN_PARAMETER, m))
+        })
+        .transpose()?;
+    let op = StreamJoinOperator::new(JoinLayout {
+        join_type: *join_type,
+        left: lspec,
+        right: rspec,
+        time_range: time_range.clone(),
+        predicate,
+        null_safe: *null_safe,
+        output_schema,
+    })?;
+    let any_source_watermarked = left
+        .sources
+        .iter()
+        .chain(&right.sources)
+        .any(|s| sources.get(s).is_some_and(|i| i.event_time.is_some()));
+    Ok(StatefulUnit {
+        id: unit_id,
+        step: step.clone(),
+        op: Box::new(op),
+        prepare: vec![],
+        late_policy: llate,
+        sources: left.sources.clone(),
+        watermarked: watermarked || any_source_watermarked,
+        // The plan refuses a stream-stream join of a join's output, the one input whose
+        // event time would lag the watermark.
+        watermark_lag_us: 0,
+        inner: false,
+        prepared: Default::default(),
+        changes_since_whole: 0,
+        secondary: Some(SecondaryInput {
+            relation: right.relation.to_string(),
+            late_policy: rlate,
+            sources: right.sources.clone(),
+        }),
+    })
 }

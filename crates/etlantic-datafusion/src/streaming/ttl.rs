@@ -24,11 +24,9 @@
 //! // if matches should keep it alive, when it matches)
 //! ```
 
-use super::program::{TransformUnit, Unit};
 use arrow::array::{Array, BooleanArray, Int64Array};
 use etlantic_core::diagnostics::{codes, Error, Result};
 use etlantic_core::streaming::Duration;
-use indexmap::IndexMap;
 
 /// The name of the per-row update-time column (epoch ms) in state snapshots.
 pub const UPDATED_COLUMN: &str = "__updated_ms";
@@ -82,43 +80,6 @@ impl StateTtl {
 /// A column of `n` update times, all `now_ms` (for rows added in a micro-batch).
 pub fn updated_now(n: usize, now_ms: i64) -> Int64Array {
     Int64Array::from(vec![now_ms; n])
-}
-
-/// Applies the profile's `state_ttl` to the stateful operators of a program: an entry
-/// naming an operator id (`<transformation>.<step>`) wins over one naming its
-/// transformation. An operator-id entry that names no operator is an error (`ETL221`).
-pub fn apply_profile_ttl(
-    state_ttl: &IndexMap<String, Duration>,
-    transforms: &mut [TransformUnit],
-) -> Result<()> {
-    let mut used: Vec<&str> = Vec::new();
-    for t in transforms.iter_mut() {
-        for u in t.units.iter_mut() {
-            let Unit::Stateful(s) = u else { continue };
-            let entry = state_ttl
-                .get_key_value(&s.id)
-                .or_else(|| state_ttl.get_key_value(&t.id));
-            if let Some((name, ttl)) = entry {
-                s.op.set_state_ttl(*ttl)?;
-                used.push(name.as_str());
-            }
-        }
-    }
-    for name in state_ttl.keys() {
-        if !used.contains(&name.as_str())
-            && transforms
-                .iter()
-                .any(|t| name.starts_with(&format!("{}.", t.id)) || *name == t.id)
-        {
-            return Err(Error::new(
-                &codes::UNKNOWN_STATE_OPERATOR,
-                format!(
-                    "`state_ttl` names `{name}`, which is not a stateful operator of this query"
-                ),
-            ));
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

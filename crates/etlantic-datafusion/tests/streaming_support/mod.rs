@@ -3,6 +3,8 @@
 //! scenario batch, with the sink output read back as canonical JSON rows.
 #![allow(dead_code)]
 
+pub mod joins;
+
 use arrow::array::{Array, ArrayRef, RecordBatch};
 use arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 use etlantic_core::ir::Action;
@@ -12,9 +14,9 @@ use etlantic_core::profile::Profile;
 use etlantic_core::streaming::{
     Duration, EventTime, ExecutionMode, LatePolicy, OutputMode, Trigger,
 };
-use etlantic_datafusion::streaming::{StreamingOptions, StreamingQuery};
 use etlantic_plan::plan::PipelinePlan;
 use etlantic_plan::{PlanOutcome, Project};
+use etlantic_runtime::{StreamingOptions, StreamingQuery};
 use etlantic_sinks::memory::MemorySink;
 use etlantic_sources::memory::MemoryStream;
 use serde_json::{json, Value};
@@ -145,6 +147,8 @@ impl<'a> Src<'a> {
 impl Fixture {
     /// A streaming pipeline named `name` (available-now trigger).
     pub fn new(name: &str) -> Self {
+        // The planner and the runtime reach the embedded engine through registries.
+        etlantic_datafusion::link();
         let mut profile = Profile::new("test");
         profile.mode = ExecutionMode::Streaming;
         profile.trigger = Some(Trigger::AvailableNow);

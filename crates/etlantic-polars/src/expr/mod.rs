@@ -269,7 +269,7 @@ fn binary(
         error::type_mismatch(format!(
             "{what}: {} {} {} in `{whole}`",
             describe(lt),
-            symbol(op),
+            op.symbol(),
             describe(rt)
         ))
     };
@@ -285,7 +285,7 @@ fn binary(
                 format!(
                     "cannot compare: {} {} {} in `{whole}`",
                     describe(lt),
-                    symbol(op),
+                    op.symbol(),
                     describe(rt)
                 )
             })?;
@@ -435,24 +435,4 @@ fn arithmetic(
         kernels::int_arith(arith, inputs, g),
         DataType::Int64,
     ))
-}
-
-fn symbol(op: BinaryOp) -> &'static str {
-    match op {
-        BinaryOp::Eq => "==",
-        BinaryOp::NotEq => "!=",
-        BinaryOp::Lt => "<",
-        BinaryOp::LtEq => "<=",
-        BinaryOp::Gt => ">",
-        BinaryOp::GtEq => ">=",
-        BinaryOp::NullSafeEq => "<=>",
-        BinaryOp::And => "&&",
-        BinaryOp::Or => "||",
-        BinaryOp::Add => "+",
-        BinaryOp::Subtract => "-",
-        BinaryOp::Multiply => "*",
-        BinaryOp::Divide => "/",
-        BinaryOp::Modulo => "%",
-        BinaryOp::Contains => "contains",
-    }
 }

@@ -97,9 +97,9 @@ pub struct FileSourceOptions {
     pub batch_size: usize,
     /// `?read_ahead=` (default `false`): a stream decodes its next micro-batch's files
     /// while the current one is processed, holding one micro-batch more in memory. It
-    /// pays where cores would otherwise idle; on 2 cores, where decoding and aggregation
-    /// already use both, the clickstream benchmark measured no gain (0.316 s vs 0.319 s)
-    /// and a higher peak (118 MB vs 95 MB), hence off by default.
+    /// pays where cores would otherwise idle; where decoding and aggregation already use
+    /// every core it gains nothing and raises the peak memory (docs/ingestion.md), hence
+    /// off by default.
     pub read_ahead: bool,
 }
 

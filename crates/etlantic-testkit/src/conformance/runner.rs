@@ -12,8 +12,8 @@ use super::to_pipeline::scenario_pipeline;
 use arrow::array::{Array, ArrayRef, RecordBatch};
 use arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 use etlantic_core::data::Table;
-use etlantic_datafusion::streaming::{StreamingOptions, StreamingQuery};
 use etlantic_plan::Project;
+use etlantic_runtime::{StreamingOptions, StreamingQuery};
 use etlantic_sinks::memory::MemorySink;
 use etlantic_sources::memory::MemoryStream;
 use serde_json::Value;
@@ -202,6 +202,7 @@ async fn run_inner(path: &Path) -> Result<Vec<String>, String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let sp = scenario_pipeline(&s, &tag)?;
     let project = Project::from_parts(dir.path(), sp.pipeline.clone(), sp.profile.clone());
+    etlantic_datafusion::link();
     let outcome = etlantic_plan::plan(&project);
     if s.expect_error {
         return Ok(match outcome.plan {
@@ -231,11 +232,13 @@ async fn run_inner(path: &Path) -> Result<Vec<String>, String> {
     let progress: Arc<Mutex<Vec<Value>>> = Arc::new(Mutex::new(Vec::new()));
     let mut opts = StreamingOptions::new(dir.path(), dir.path().join("checkpoint"));
     let sink = progress.clone();
-    opts.on_progress = Some(Arc::new(move |p: &Value| {
-        sink.lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(p.clone())
-    }));
+    opts.on_progress = Some(Arc::new(
+        move |p: &etlantic_runtime::progress::QueryProgress| {
+            sink.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(p.to_json())
+        },
+    ));
     let mut query = StreamingQuery::start(&plan, opts)
         .await
         .map_err(|e| format!("cannot start: {e}"))?;

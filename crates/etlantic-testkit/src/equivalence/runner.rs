@@ -23,8 +23,8 @@ use etlantic_core::model::{Pipeline, SinkDef, SourceDef, TransformBuilder};
 use etlantic_core::plugin::{Backend, RegionKind, StepLogic, StepTask};
 use etlantic_core::profile::Profile;
 use etlantic_core::streaming::{ExecutionMode, LatePolicy, OutputMode, Trigger};
-use etlantic_datafusion::streaming::{StreamingOptions, StreamingQuery};
 use etlantic_plan::Project;
+use etlantic_runtime::{StreamingOptions, StreamingQuery};
 use etlantic_sinks::memory::MemorySink;
 use etlantic_sources::memory::MemoryStream;
 use indexmap::IndexMap;
@@ -275,6 +275,7 @@ async fn run_streaming(case: &Case, many: bool) -> Result<Table, Outcome> {
     });
     let dir = tempfile::tempdir().map_err(|e| Outcome::Fail(e.to_string()))?;
     let project = Project::from_parts(dir.path(), b.build(), profile);
+    etlantic_datafusion::link();
     let outcome = etlantic_plan::plan(&project);
     let plan = match outcome.into_result() {
         Ok(p) => p,

@@ -395,24 +395,24 @@ pub fn fixture_pipeline(fixture: &str, with_params: bool) -> (String, String) {
 }
 
 /// The micro-batch log of the checkpoint directory `chk` (its offsets and commit
-/// records, see `etlantic_datafusion::streaming::batch_log`).
-pub fn batch_log(chk: &Path) -> etlantic_datafusion::streaming::batch_log::LogRecords {
-    etlantic_datafusion::streaming::batch_log::read_all(&chk.join("log"))
+/// records, see `etlantic_runtime::checkpoint::batch_log`).
+pub fn batch_log(chk: &Path) -> etlantic_runtime::checkpoint::batch_log::LogRecords {
+    etlantic_runtime::checkpoint::batch_log::read_all(&chk.join("log"))
         .expect("the checkpoint log is readable")
 }
 
 /// The versions each stateful operator has an entry for in the state log of the
-/// checkpoint directory `chk` (see `etlantic_datafusion::streaming::state_log`).
+/// checkpoint directory `chk` (see `etlantic_runtime::checkpoint::state_log`).
 #[allow(dead_code)]
 pub fn logged_state_versions(chk: &Path) -> std::collections::BTreeMap<String, Vec<u64>> {
-    etlantic_datafusion::streaming::state_log::logged_versions(&chk.join("state-changes"))
+    etlantic_runtime::checkpoint::state_log::logged_versions(&chk.join("state-changes"))
         .expect("the state log is readable")
 }
 
 /// The whole state the state log of `chk` holds of operator `op` at `version`.
 #[allow(dead_code)]
 pub fn logged_whole_state(chk: &Path, op: &str, version: u64) -> Option<arrow::array::RecordBatch> {
-    use etlantic_datafusion::streaming::state_log::{read_logged, Logged};
+    use etlantic_runtime::checkpoint::state_log::{read_logged, Logged};
     match read_logged(&chk.join("state-changes"), op, version)
         .expect("the state log is readable")?
     {

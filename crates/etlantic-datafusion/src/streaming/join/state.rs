@@ -37,8 +37,7 @@ const NIL: u32 = u32::MAX;
 /// An optional time in 8 bytes (`Option<i64>` takes 16): `i64::MIN` stands for none.
 /// A time that is `i64::MIN` itself is kept as `i64::MIN + 1`, one unit later, some
 /// 292 000 years BC. Entries hold three of these, and a join holds one entry per
-/// buffered row: with `Option<i64>` a slot was 104 bytes, then 80 (72 since its hash
-/// moved to `slot_hashes`).
+/// buffered row, so the bytes of each time count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct OptTime(i64);
 
@@ -166,9 +165,8 @@ pub(super) struct SideState {
     next_seq: u64,
     slots: Vec<Slot>,
     /// The key hash of each slot, apart from the slots: a probe of the slots not yet
-    /// indexed scans these 8 bytes per slot, not the slots' 72 (perf: scanning slots
-    /// for the hash was 12% of Nexmark q7, whose window maxima probe the 200 000 bids
-    /// of a micro-batch, stalled on memory).
+    /// indexed scans these 8 bytes per slot, not the whole slots, so a micro-batch that
+    /// probes many of them (Nexmark q7's window maxima) waits less on memory.
     slot_hashes: Vec<u64>,
     slot_keys: Vec<u8>,
     dead_slots: usize,

@@ -1,0 +1,135 @@
+//! Streaming queries run whole by another system.
+//!
+//! A backend whose streaming regions are whole queries (it declares
+//! `streaming.whole_query`; Spark through Spark Connect) reads the sources and writes the
+//! sinks itself: the runtime's driver does not run it micro-batch by micro-batch, but
+//! hands it the plan and relays what it reports. Its progress records, in ETLantic's
+//! shape, go to `<checkpoint>/progress.jsonl` like the driver's and to the run's listener.
+
+use crate::driver::ProgressListener;
+use crate::progress::{ProgressLog, QueryProgress};
+use crate::secrets::SecretResolver;
+use etlantic_core::diagnostics::{codes, Error, Result};
+use etlantic_core::plugin::{self, RegionKind};
+use etlantic_plan::plan::{PipelinePlan, Region};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// How a whole query runs.
+#[derive(Clone)]
+pub struct WholeQueryOptions {
+    /// The project root: relative locations resolve against it.
+    pub root: PathBuf,
+    /// The query's checkpoint location.
+    pub checkpoint: PathBuf,
+    /// Resolves `${...}` secret references (the region's endpoint, bindings).
+    pub resolve: SecretResolver,
+    /// Stop the query when set.
+    pub stop: Arc<AtomicBool>,
+    /// Stop after this many micro-batches, if set.
+    pub max_batches: Option<u64>,
+}
+
+/// A backend that runs a whole streaming query in another system.
+///
+/// # Invariants an implementer must keep
+/// - `run` blocks until the query ends by its trigger, `opts.stop` is set, or
+///   `opts.max_batches` micro-batches ran; it stops the query in the other system
+///   before returning.
+/// - Every micro-batch's progress reaches `on_progress` once, in batch order, with each
+///   source's `source_id` set to the pipeline's source id.
+/// - A failed query is an error with a code (`ETL705` for bad records, `ETL707` else).
+pub trait WholeQueryBackend: Send + Sync {
+    /// The backend name regions name it by (`spark`).
+    fn name(&self) -> &'static str;
+
+    /// Runs `plan`'s streaming query, whose transformations are all in `region`;
+    /// returns the other system's run id.
+    fn run(
+        &self,
+        plan: &PipelinePlan,
+        region: &Region,
+        opts: &WholeQueryOptions,
+        on_progress: &dyn Fn(QueryProgress),
+    ) -> Result<String>;
+}
+
+/// Links a [`WholeQueryBackend`] into the runtime.
+pub struct WholeQueryRegistration(pub &'static dyn WholeQueryBackend);
+
+inventory::collect!(WholeQueryRegistration);
+
+/// The linked whole-query backend named `name`.
+pub fn backend(name: &str) -> Option<&'static dyn WholeQueryBackend> {
+    inventory::iter::<WholeQueryRegistration>
+        .into_iter()
+        .map(|r| r.0)
+        .find(|b| b.name() == name)
+}
+
+/// The region of a streaming plan that a linked backend runs as a whole query, if any
+/// (the planner makes sure such a region holds every transformation, `ETL507`).
+pub fn region_of(plan: &PipelinePlan) -> Option<&Region> {
+    plan.regions.iter().find(|r| {
+        r.kind == RegionKind::Streaming
+            && plugin::backend(&r.backend).is_some_and(|b| b.capabilities().streaming.whole_query)
+    })
+}
+
+/// Runs `plan` on the backend of `region` (on a blocking thread: such clients block),
+/// appending its progress records to the checkpoint's progress log and handing them to
+/// `listener`. Returns the other system's run id.
+pub async fn run(
+    plan: &PipelinePlan,
+    region: &Region,
+    opts: WholeQueryOptions,
+    listener: Option<ProgressListener>,
+) -> Result<String> {
+    let runner = backend(&region.backend).ok_or_else(|| {
+        Error::new(
+            &codes::NO_BACKEND,
+            format!(
+                "backend `{}` runs whole streaming queries, but its runner is not linked",
+                region.backend
+            ),
+        )
+    })?;
+    etlantic_core::storage::create_dirs(&opts.checkpoint)?;
+    let backend_name = region.backend.clone();
+    let (plan, region) = (plan.clone(), region.clone());
+    tokio::task::spawn_blocking(move || {
+        let log = Mutex::new(ProgressLog::new(&opts.checkpoint));
+        let log_failed = AtomicBool::new(false);
+        let on_progress = |p: QueryProgress| {
+            let appended = log
+                .lock()
+                .map(|mut l| l.append(&p).is_ok())
+                .unwrap_or(false);
+            if !appended {
+                log_failed.store(true, Ordering::Relaxed);
+            }
+            if let Some(l) = &listener {
+                l(&p);
+            }
+        };
+        let run_id = runner.run(&plan, &region, &opts, &on_progress)?;
+        if log_failed.load(Ordering::Relaxed) {
+            return Err(Error::new(
+                &codes::IO_ERROR,
+                format!(
+                    "cannot append to {}",
+                    ProgressLog::current_path(&opts.checkpoint).display()
+                ),
+            ));
+        }
+        Ok(run_id)
+    })
+    .await
+    .map_err(|e| {
+        Error::new(
+            &codes::ENGINE_ERROR,
+            format!("the thread running the {backend_name} query failed: {e}"),
+        )
+    })?
+}
