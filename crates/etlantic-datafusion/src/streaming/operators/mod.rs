@@ -130,7 +130,7 @@ pub trait StatefulOperator: Send {
     fn snapshot(&self) -> Result<RecordBatch>;
     /// Replaces the state with a snapshot.
     fn restore(&mut self, state: &RecordBatch) -> Result<()>;
-    /// For an operator that keeps a changelog (see [`super::checkpoint`]): the columns of
+    /// For an operator that keeps a changelog (see `etlantic_runtime::checkpoint`): the columns of
     /// its snapshot that identify a state row. `None` (the default): whole snapshots only.
     fn changelog_identity(&self) -> Option<&'static [&'static str]> {
         None
