@@ -3,7 +3,8 @@
 //! It owns, for every engine alike:
 //!
 //! - [`driver`]: the micro-batch driver ([`StreamingQuery`]) — triggers, the batch
-//!   protocol, recovery — opening the sources and sinks of a plan;
+//!   protocol, recovery;
+//! - [`connect`]: opening the sources and sinks of a plan (batch and streaming alike);
 //! - [`checkpoint`]: the checkpoint (micro-batch log, state log, state files, lock);
 //! - [`watermark`] and [`clock`]: event-time watermarks and the processing-time clock;
 //! - [`quality`]: the contracts' quality rules where data crosses a contract;
@@ -21,6 +22,7 @@
 
 pub mod checkpoint;
 pub mod clock;
+pub mod connect;
 pub mod driver;
 pub mod engine;
 pub mod progress;

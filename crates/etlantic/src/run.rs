@@ -8,13 +8,12 @@
 use chrono::{SecondsFormat, Utc};
 use etlantic_core::data::{RowOrigins, Table};
 use etlantic_core::diagnostics::{codes, Diagnostic, Error, Result};
-use etlantic_core::plugin::{
-    self, ReadLimit, RegionLocation, SinkBatch, SinkContext, SourceContext, WriteOutcome,
-};
+use etlantic_core::plugin::{self, ReadLimit, RegionLocation, SinkBatch, WriteOutcome};
 use etlantic_core::profile::{resolve_secrets, Profile};
 use etlantic_core::streaming::ExecutionMode;
 use etlantic_core::uri::BindingUri;
 use etlantic_plan::plan::PipelinePlan;
+use etlantic_runtime::connect::{open_sink, open_source};
 use etlantic_runtime::progress::QueryProgress;
 use etlantic_runtime::quality::{QualityGate, RuleCount};
 use etlantic_runtime::quarantine::Quarantine;
@@ -153,9 +152,14 @@ impl RunContext {
         BindingUri::parse(&resolve_secrets(text, &self.secrets_profile)?)
     }
 
+    /// Resolves the secret references of a text with the profile's secrets table.
+    fn secrets(&self) -> impl Fn(&str) -> Result<String> + '_ {
+        |s| resolve_secrets(s, &self.secrets_profile)
+    }
+
     /// Hides the values of the secrets `plan` references.
     fn scrubber(&self, plan: &PipelinePlan) -> Scrubber {
-        Scrubber::for_plan(plan, &|s| resolve_secrets(s, &self.secrets_profile))
+        Scrubber::for_plan(plan, &self.secrets())
     }
 }
 
@@ -234,23 +238,14 @@ async fn run_batch_inner(
         if in_place.contains_key(s.id.as_str()) {
             continue;
         }
-        let contract = plan.asset_contract(&s.asset)?;
-        let uri = ctx.resolve_uri(&plan.assets[&s.asset].binding)?;
-        let provider = plugin::source_provider(&uri.scheme).ok_or_else(|| {
-            Error::new(
-                &codes::UNKNOWN_SCHEME,
-                format!("no source plugin for `{}`", uri.scheme),
-            )
-        })?;
-        let mut source = provider.create(SourceContext {
-            asset: s.asset.clone(),
-            uri,
-            schema: contract.arrow_schema(),
-            contract: Some(contract.clone()),
-            root: ctx.root.clone(),
-            mode: ExecutionMode::Batch,
-            state_dir: None,
-        })?;
+        let mut source = open_source(
+            plan,
+            &s.asset,
+            &ctx.secrets(),
+            &ctx.root,
+            ExecutionMode::Batch,
+            None,
+        )?;
         let limit = ReadLimit::unlimited();
         let batch = match source.latest_offset(None, &limit).await? {
             Some(end) => source.read(None, &end).await?,
@@ -370,22 +365,14 @@ async fn run_batch_inner(
             .await?
             .0;
         }
-        let uri = ctx.resolve_uri(&plan.assets[&s.asset].binding)?;
-        let provider = plugin::sink_provider(&uri.scheme).ok_or_else(|| {
-            Error::new(
-                &codes::UNKNOWN_SCHEME,
-                format!("no sink plugin for `{}`", uri.scheme),
-            )
-        })?;
-        let mut sink = provider.create(SinkContext {
-            asset: s.asset.clone(),
-            uri,
-            schema: contract.arrow_schema(),
-            contract: Some(contract.clone()),
-            root: ctx.root.clone(),
-            mode: ExecutionMode::Batch,
-            output_mode: s.output_mode,
-        })?;
+        let mut sink = open_sink(
+            plan,
+            &s.asset,
+            &ctx.secrets(),
+            &ctx.root,
+            ExecutionMode::Batch,
+            s.output_mode,
+        )?;
         let rows = match sink
             .write(SinkBatch {
                 query_id: &plan.fingerprint,

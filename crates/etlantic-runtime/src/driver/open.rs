@@ -3,6 +3,7 @@
 
 use super::{fail_point, SinkRt, SourceRt, StreamingOptions, StreamingQuery};
 use crate::checkpoint::{Checkpoint, Metadata};
+use crate::connect::{open_sink, open_source};
 use crate::engine::{ProgramContext, ProgramSource};
 use crate::quality::QualityGate;
 use crate::quarantine::Quarantine;
@@ -13,7 +14,7 @@ use chrono::Utc;
 use etlantic_core::canonical;
 use etlantic_core::diagnostics::{codes, Diagnostic, Error, Result};
 use etlantic_core::ir::Expr;
-use etlantic_core::plugin::{self, SinkContext, SourceContext};
+use etlantic_core::plugin;
 use etlantic_core::streaming::{ExecutionMode, LatePolicy};
 use etlantic_core::uri::{located, BindingUri};
 use etlantic_plan::plan::{PipelinePlan, PlanLogic};
@@ -195,38 +196,28 @@ impl StreamingQuery {
         let mut statics = Vec::new();
         let mut delays = BTreeMap::new();
         for (n, s) in plan.sources.iter().enumerate() {
-            let contract = plan.asset_contract(&s.asset)?;
-            let uri = resolve_uri(&plan.assets[&s.asset].binding)?;
-            let provider = plugin::source_provider(&uri.scheme).ok_or_else(|| {
-                Error::new(
-                    &codes::UNKNOWN_SCHEME,
-                    format!("no source plugin for `{}`", uri.scheme),
-                )
-            })?;
+            let resolve = opts.resolve.as_ref();
             if let Some(refresh) = s.static_refresh {
                 // Read bounded, like a batch run reads it.
-                let source = provider.create(SourceContext {
-                    asset: s.asset.clone(),
-                    uri,
-                    schema: contract.arrow_schema(),
-                    contract: Some(contract),
-                    root: opts.root.clone(),
-                    mode: ExecutionMode::Batch,
-                    state_dir: None,
-                })?;
+                let source = open_source(
+                    plan,
+                    &s.asset,
+                    resolve,
+                    &opts.root,
+                    ExecutionMode::Batch,
+                    None,
+                )?;
                 statics.push(StaticSource::new(&s.id, source, refresh));
                 continue;
             }
-            let source = provider.create(SourceContext {
-                asset: s.asset.clone(),
-                uri,
-                schema: contract.arrow_schema(),
-                contract: Some(contract),
-                root: opts.root.clone(),
-                mode: ExecutionMode::Streaming,
-                state_dir: Some(checkpoint.source_dir(n)),
-            })?;
-            let mut source = source;
+            let mut source = open_source(
+                plan,
+                &s.asset,
+                resolve,
+                &opts.root,
+                ExecutionMode::Streaming,
+                Some(checkpoint.source_dir(n)),
+            )?;
             let gate = QualityGate::for_asset(
                 plan,
                 &s.asset,
@@ -279,30 +270,22 @@ impl StreamingQuery {
         let mut sinks = Vec::new();
         for s in &plan.sinks {
             let contract = plan.asset_contract(&s.asset)?;
-            let binding = plan.assets[&s.asset].binding.clone();
-            let uri = resolve_uri(&binding)?;
-            let provider = plugin::sink_provider(&uri.scheme).ok_or_else(|| {
-                Error::new(
-                    &codes::UNKNOWN_SCHEME,
-                    format!("no sink plugin for `{}`", uri.scheme),
-                )
-            })?;
-            let sink = provider.create(SinkContext {
-                asset: s.asset.clone(),
-                uri,
-                schema: contract.arrow_schema(),
-                contract: Some(contract.clone()),
-                root: opts.root.clone(),
-                mode: ExecutionMode::Streaming,
-                output_mode: s.output_mode,
-            })?;
+            let binding = &plan.assets[&s.asset].binding;
+            let sink = open_sink(
+                plan,
+                &s.asset,
+                opts.resolve.as_ref(),
+                &opts.root,
+                ExecutionMode::Streaming,
+                s.output_mode,
+            )?;
             sinks.push(SinkRt {
                 id: s.id.clone(),
                 input: s.input.clone(),
                 sink,
                 output_mode: s.output_mode,
                 schema: contract.arrow_schema(),
-                description: etlantic_core::uri::redact(&binding),
+                description: etlantic_core::uri::redact(binding),
                 gate: QualityGate::for_asset(plan, &s.asset, contract.arrow_schema(), false)?,
             });
         }
