@@ -106,6 +106,12 @@ async fn source_and_sink_rules_apply_their_policies_and_are_counted() {
     // The rows the source decoded (the out-of-range one was rejected while decoding); the
     // gate's removals happen after they are counted.
     assert_eq!(progress["numInputRows"], json!(4));
+    // Per source: the records quarantined (one while decoding, two by rules) and the
+    // rows read that the rules took out; per sink, what it wrote.
+    assert_eq!(progress["sources"][0]["numQuarantinedRows"], json!(3));
+    assert_eq!(progress["sources"][0]["numRowsRuledOut"], json!(2));
+    assert_eq!(progress["sinks"][0]["sinkId"], json!("out"));
+    assert_eq!(progress["sinks"][0]["numOutputRows"], json!(2));
     let q = etlantic_runtime::quarantine::read_quarantine(fx.quarantine()).unwrap();
     assert_eq!(q.len(), 3, "{q:?}");
     let reasons: Vec<&str> = q.iter().map(|l| l["reason"].as_str().unwrap()).collect();

@@ -3,7 +3,8 @@
 //! It owns, for every engine alike:
 //!
 //! - [`driver`]: the micro-batch driver ([`StreamingQuery`]) — triggers, the batch
-//!   protocol, recovery;
+//!   protocol, recovery — which also runs batch plans, as one bounded micro-batch with
+//!   no checkpoint, on the plan's regions ([`regions`]);
 //! - [`connect`]: opening the sources and sinks of a plan (batch and streaming alike);
 //! - [`checkpoint`]: the checkpoint (micro-batch log, state log, state files, lock);
 //! - [`watermark`] and [`clock`]: event-time watermarks and the processing-time clock;
@@ -11,7 +12,8 @@
 //! - [`quarantine`] and [`secrets`]: rejected records as JSON lines, with secret values
 //!   scrubbed from everything written or reported;
 //! - [`progress`]: the typed progress record ([`progress::QueryProgress`]), serialised in
-//!   Spark's `StreamingQueryProgress` shape;
+//!   Spark's `StreamingQueryProgress` shape, and [`report`]: the run report built from
+//!   a run's progress records;
 //! - [`static_source`]: static tables joined to streams;
 //! - [`whole_query`]: queries a backend runs whole in another system (Spark), whose
 //!   progress the runtime relays.
@@ -28,6 +30,8 @@ pub mod engine;
 pub mod progress;
 pub mod quality;
 pub mod quarantine;
+pub mod regions;
+pub mod report;
 pub mod secrets;
 pub mod static_source;
 pub mod watermark;
@@ -35,6 +39,7 @@ pub mod whole_query;
 
 pub use clock::{Clock, ManualClock};
 pub use driver::{
-    compatibility_fingerprint, FailPoint, ProgressListener, StreamingOptions, StreamingQuery,
+    compatibility_fingerprint, BatchOptions, FailPoint, ProgressListener, StreamingOptions,
+    StreamingQuery,
 };
 pub use secrets::SecretResolver;

@@ -126,6 +126,10 @@ pub struct QueryProgress {
     pub sources: Vec<SourceProgress>,
     /// The sinks together.
     pub sink: SinkProgress,
+    /// Each sink on its own, in the plan's order (ETLantic's; a record of a system that
+    /// counts the sinks only together has none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sinks: Vec<SinkProgress>,
     /// Records quarantined: rejected while decoding, taken out by a quality rule, or late
     /// under the `quarantine` policy.
     pub quarantined_rows: u64,
@@ -218,16 +222,32 @@ pub struct SourceProgress {
     /// (`failOnDataLoss=false`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub data_loss: Vec<DataLoss>,
+    /// Records of this source quarantined: rejected while decoding (not among
+    /// `numInputRows`) or taken out by a quality rule of its contract.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub num_quarantined_rows: u64,
+    /// Rows read that its contract's quality rules took out (dropped or quarantined):
+    /// `numInputRows` less these went on to the transformations.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub num_rows_ruled_out: u64,
     /// Members of a record written by another system.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
 
-/// The sinks' figures of a micro-batch.
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// The figures of a sink, or of the sinks together, in a micro-batch.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct SinkProgress {
-    /// The sinks' bindings (secrets redacted), comma-separated.
+    /// The pipeline's sink id (an entry of [`QueryProgress::sinks`]; `None` for the
+    /// sinks together).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sink_id: Option<String>,
+    /// The sink's binding (secrets redacted); the sinks' comma-separated.
     pub description: String,
     /// Rows written; `-1` when the system that wrote them did not count them (Spark's
     /// file sink).

@@ -45,8 +45,8 @@ impl StreamingQuery {
             batch_id,
             (&entry.kind, entry.batch_timestamp_ms),
         );
-        if !replaying {
-            self.checkpoint.write_offsets(batch_id, &entry)?;
+        if let (Some(cp), false) = (&self.checkpoint, replaying) {
+            cp.write_offsets(batch_id, &entry)?;
             // Appending them synced the log: the last commit is durable.
             self.release_sources().await?;
         }
@@ -140,6 +140,8 @@ impl StreamingQuery {
                     end_offset: end,
                     num_input_rows: stats.input_rows.get(&s.id).copied().unwrap_or(0),
                     data_loss: stats.lost.remove(&s.id).unwrap_or_default(),
+                    num_quarantined_rows: stats.source_quarantined.get(&s.id).copied().unwrap_or(0),
+                    num_rows_ruled_out: stats.source_ruled_out.get(&s.id).copied().unwrap_or(0),
                     ..Default::default()
                 }
             })
@@ -167,6 +169,18 @@ impl StreamingQuery {
             num_output_rows: stats.output_rows as i64,
             ..Default::default()
         };
+        // A sink that skipped the micro-batch as already committed wrote nothing in it.
+        progress.sinks = self
+            .sinks
+            .iter()
+            .enumerate()
+            .map(|(i, s)| SinkProgress {
+                sink_id: Some(s.id.clone()),
+                description: s.description.clone(),
+                num_output_rows: stats.sink_rows.get(i).copied().flatten().unwrap_or(0) as i64,
+                ..Default::default()
+            })
+            .collect();
         progress.quarantined_rows = stats.rejected;
         progress.late_rows = stats.late;
         progress.checkpoint_location = self
@@ -177,7 +191,9 @@ impl StreamingQuery {
             .into_iter()
             .map(|(asset, count)| QualityProgress { asset, count })
             .collect();
-        self.checkpoint.append_progress(&progress)?;
+        if let Some(cp) = &self.checkpoint {
+            cp.append_progress(&progress)?;
+        }
         if let Some(l) = &self.opts.on_progress {
             l(&progress);
         }
@@ -200,8 +216,10 @@ impl StreamingQuery {
             return Ok(());
         }
         stats.rejected += records.len() as u64;
+        // A batch run's records name no micro-batch: it has one, and no checkpoint.
+        let batch = self.checkpoint.as_ref().map(|_| batch_id);
         self.quarantine
-            .write(records, Some(batch_id), already, follow_on_error)
+            .write(records, batch, already, follow_on_error)
             .map(|_| ())
     }
 }

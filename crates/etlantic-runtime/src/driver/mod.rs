@@ -24,6 +24,7 @@
 //! but not committed runs again with exactly the logged offsets and watermarks
 //! ([`recover`]).
 
+mod bounded;
 mod micro_batch;
 mod open;
 mod persist;
@@ -32,6 +33,7 @@ mod read;
 mod recover;
 mod transform;
 
+pub use bounded::BatchOptions;
 pub use open::compatibility_fingerprint;
 
 use crate::checkpoint::{Checkpoint, OffsetEntry, SourceRange};
@@ -166,8 +168,15 @@ struct BatchStats {
     /// Records quarantined in the batch: rejected while decoding, taken out by a quality
     /// rule, or late under the `quarantine` policy.
     rejected: u64,
+    /// Per source: records quarantined (rejected while decoding, or by a quality rule).
+    source_quarantined: HashMap<String, u64>,
+    /// Per source: rows read that a quality rule took out.
+    source_ruled_out: HashMap<String, u64>,
     late: u64,
     output_rows: u64,
+    /// Rows each sink wrote (by index; `None` when it skipped the micro-batch as
+    /// already committed).
+    sink_rows: Vec<Option<u64>>,
     event_min_us: Option<i64>,
     event_max_us: Option<i64>,
     event_sum: i128,
@@ -180,7 +189,8 @@ struct BatchStats {
 pub struct StreamingQuery {
     plan: PipelinePlan,
     opts: StreamingOptions,
-    checkpoint: Checkpoint,
+    /// The checkpoint; a batch run has none ([`StreamingQuery::start_batch`]).
+    checkpoint: Option<Checkpoint>,
     query_id: String,
     run_id: String,
     sources: Vec<SourceRt>,
@@ -248,6 +258,18 @@ impl StreamingQuery {
         self.last_progress.as_ref()
     }
 
+    /// The checkpoint, for what only a streaming query does (a batch run has none, nor
+    /// state to keep in one).
+    fn checkpoint(&self) -> Result<&Checkpoint> {
+        self.checkpoint.as_ref().ok_or_else(|| {
+            Diagnostic::new(
+                &codes::ENGINE_ERROR,
+                "a batch run has no checkpoint to keep state or logs in",
+            )
+            .into()
+        })
+    }
+
     /// Whether a watermark advance calls for a no-data batch: some watermarked stateful
     /// operator evicts or emits on it in its output mode (complete-mode aggregations do
     /// not, as in Spark).
@@ -311,7 +333,9 @@ impl StreamingQuery {
     /// Closes sinks (and the stateful operators); makes the last commit durable.
     pub async fn close(&mut self) -> Result<()> {
         self.state.finish_background().await?;
-        self.checkpoint.sync_log()?;
+        if let Some(cp) = &self.checkpoint {
+            cp.sync_log()?;
+        }
         self.release_sources().await?;
         for s in self.sinks.iter_mut() {
             s.sink.close().await?;

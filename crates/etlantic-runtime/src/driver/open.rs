@@ -334,7 +334,7 @@ impl StreamingQuery {
         );
         let mut q = StreamingQuery {
             plan: plan.clone(),
-            checkpoint,
+            checkpoint: Some(checkpoint),
             query_id: metadata.id,
             run_id,
             sources,

@@ -166,8 +166,11 @@ impl StreamingQuery {
             };
             writes_of_ops.push((id, write));
         }
-        let task = (!writes_of_ops.is_empty()).then(|| {
-            let files = self.checkpoint.state_files();
+        let files = match writes_of_ops.is_empty() {
+            true => None,
+            false => Some(self.checkpoint()?.state_files()),
+        };
+        let task = files.map(|files| {
             tokio::task::spawn_blocking(move || -> Result<()> {
                 let mut logged = Vec::new();
                 for (id, state) in &writes_of_ops {
@@ -213,7 +216,7 @@ impl StreamingQuery {
             self.state.version = version;
             self.state.written_ms = entry.batch_timestamp_ms;
             if !pending.background.is_empty() {
-                let files = self.checkpoint.state_files();
+                let files = self.checkpoint()?.state_files();
                 let background = pending.background;
                 self.state.background = Some(tokio::task::spawn_blocking(move || {
                     for (id, state) in &background {
@@ -226,21 +229,24 @@ impl StreamingQuery {
         self.maybe_fail(FailPoint::AfterState, batch_id);
         let moved = self.watermark.advance();
         let version = batch_id + 1;
-        self.checkpoint.write_commit(
-            batch_id,
-            &CommitEntry {
-                next_batch_watermark_ms: self.watermark.current_ms(),
-                max_event_time_ms: self.watermark.max_event_times().clone(),
-                state_version: (self.state.version != version).then_some(self.state.version),
-            },
-        )?;
+        if let Some(cp) = &self.checkpoint {
+            cp.write_commit(
+                batch_id,
+                &CommitEntry {
+                    next_batch_watermark_ms: self.watermark.current_ms(),
+                    max_event_time_ms: self.watermark.max_event_times().clone(),
+                    state_version: (self.state.version != version).then_some(self.state.version),
+                },
+            )?;
+        }
         self.maybe_fail(FailPoint::AfterCommit, batch_id);
         for (i, s) in self.sources.iter_mut().enumerate() {
             if let Some(end) = entry.sources.get(&s.id).and_then(|r| r.end.clone()) {
                 let end = Offset(end);
                 // A source may release only what no restart reads again: up to the
-                // batch whose state is durable, once its commit is.
-                if wrote_state {
+                // batch whose state is durable, once its commit is (a batch run, with
+                // no checkpoint, releases nothing).
+                if wrote_state && self.checkpoint.is_some() {
                     self.pending_release.retain(|(at, _)| *at != i);
                     self.pending_release.push((i, end.clone()));
                 }

@@ -24,6 +24,7 @@ impl StreamingQuery {
         let mut sink_rows = 0u64;
         let fail_after_first_sink = self.fail == Some((FailPoint::AfterSink, batch_id));
         let mut sink_ruled_out: Vec<RejectedRecord> = Vec::new();
+        let checkpointed = self.checkpoint.is_some();
         for (i, s) in self.sinks.iter_mut().enumerate() {
             let is_side = self.side_sinks.values().any(|v| *v == i);
             let table = match side.remove(&i) {
@@ -66,15 +67,33 @@ impl StreamingQuery {
                     data: &table,
                 })
                 .await
-                .map_err(|e| {
-                    e.map_diagnostics(|d| {
+                .map_err(|e| match checkpointed {
+                    true => e.map_diagnostics(|d| {
                         d.help(format!(
                             "Batch {batch_id} is not committed; it runs again on restart."
                         ))
-                    })
+                    }),
+                    false => e,
                 })?;
-            if let WriteOutcome::Written { rows } = outcome {
-                sink_rows += rows;
+            match outcome {
+                WriteOutcome::Written { rows } => {
+                    sink_rows += rows;
+                    stats.sink_rows.push(Some(rows));
+                }
+                // A batch run has no checkpoint, so nothing of it can have been committed
+                // before: a sink that skips the write would let the run report rows it
+                // never wrote as done.
+                WriteOutcome::AlreadyCommitted if !checkpointed => {
+                    return Err(Error::new(
+                        &codes::SINK_WRITE_FAILED,
+                        format!(
+                            "sink `{}` skipped the rows of this batch run as already committed; a batch run must write them",
+                            s.id
+                        ),
+                    )
+                    .with_help("the sink plugin treats a batch run like a replayed micro-batch: report this to its author"));
+                }
+                WriteOutcome::AlreadyCommitted => stats.sink_rows.push(None),
             }
             if i == 0 && fail_after_first_sink {
                 eprintln!("ETLANTIC_FAIL_POINT reached: AfterSink of batch {batch_id}; aborting");

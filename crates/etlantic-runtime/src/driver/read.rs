@@ -51,6 +51,7 @@ impl StreamingQuery {
         // Records a quality rule's `quarantine` policy took out (not subject to on_error).
         let mut ruled_out: Vec<RejectedRecord> = Vec::new();
         let no_data = entry.kind == "no_data";
+        let bounded = self.checkpoint.is_none();
         for s in self.sources.iter_mut() {
             let range = entry.sources.get(&s.id).cloned().unwrap_or(SourceRange {
                 start: None,
@@ -61,6 +62,8 @@ impl StreamingQuery {
                 (Some(end), false) if range.start.as_ref() != Some(end) => {
                     let start = range.start.clone().map(Offset);
                     let b = s.source.read(start.as_ref(), &Offset(end.clone())).await?;
+                    *stats.source_quarantined.entry(s.id.clone()).or_default() +=
+                        b.rejected.len() as u64;
                     rejected.extend(b.rejected);
                     if !b.lost.is_empty() {
                         stats.lost.insert(s.id.clone(), b.lost);
@@ -71,10 +74,18 @@ impl StreamingQuery {
             };
             let rows = table.num_rows() as u64;
             stats.input_rows.insert(s.id.clone(), rows);
-            // Batch-level quality rules of the source contract, on what this batch read.
+            // Batch-level quality rules of the source contract, on what this batch read
+            // (a batch run's whole input, even when empty: a row count rule judges it).
             let table = match &s.gate {
-                Some(gate) if rows > 0 => {
-                    gated(gate, table, &origins, stats, &mut ruled_out).await?
+                Some(gate) if rows > 0 || bounded => {
+                    let before = ruled_out.len();
+                    let kept = gated(gate, table, &origins, stats, &mut ruled_out).await?;
+                    let quarantined = (ruled_out.len() - before) as u64;
+                    *stats.source_quarantined.entry(s.id.clone()).or_default() += quarantined;
+                    stats
+                        .source_ruled_out
+                        .insert(s.id.clone(), rows - kept.num_rows() as u64);
+                    kept
                 }
                 _ => table,
             };

@@ -9,14 +9,18 @@ impl StreamingQuery {
     /// last committed batch, the newest durable state (its commit names the version), the
     /// committed batches after that state to run again, and an uncommitted batch to re-run.
     pub(super) fn recover(&mut self) -> Result<()> {
-        let last_offsets = self.checkpoint.latest_offsets()?;
-        let last_commit = self.checkpoint.latest_commit()?;
+        // A batch run has no checkpoint: it always starts afresh.
+        let Some(cp) = self.checkpoint.as_ref() else {
+            return Ok(());
+        };
+        let last_offsets = cp.latest_offsets()?;
+        let last_commit = cp.latest_commit()?;
         let Some(n) = last_offsets else { return Ok(()) };
         let committed = last_commit == Some(n);
         // The batch whose state we restore: everything up to `base` is committed.
         let base = if committed { Some(n) } else { n.checked_sub(1) };
         if let Some(b) = base {
-            let commit = self.checkpoint.commit(b)?.ok_or_else(|| {
+            let commit = cp.commit(b)?.ok_or_else(|| {
                 Error::from(Diagnostic::new(
                     &codes::CHECKPOINT_CORRUPT,
                     format!("the commit of batch {b} is missing while batch {n} is logged"),
@@ -26,7 +30,7 @@ impl StreamingQuery {
                 commit.next_batch_watermark_ms,
                 commit.max_event_time_ms.clone(),
             );
-            let prev = self.checkpoint.offsets(b)?.ok_or_else(|| {
+            let prev = cp.offsets(b)?.ok_or_else(|| {
                 Error::from(Diagnostic::new(
                     &codes::CHECKPOINT_CORRUPT,
                     format!("the offsets of batch {b} are missing"),
@@ -55,14 +59,10 @@ impl StreamingQuery {
             }
             // The interval counts from the micro-batch that wrote that state.
             let written_ms = match version.checked_sub(1) {
-                Some(wrote) => self
-                    .checkpoint
-                    .offsets(wrote)?
-                    .map(|e| e.batch_timestamp_ms),
+                Some(wrote) => cp.offsets(wrote)?.map(|e| e.batch_timestamp_ms),
                 None => None,
             };
             self.state.restored(version, written_ms);
-            let cp = &self.checkpoint;
             for op in self.program.operators() {
                 let identity = op.changelog_identity();
                 if let Some(state) = cp.read_state_chain(op.id(), version, identity)? {
@@ -74,13 +74,13 @@ impl StreamingQuery {
             self.next_batch = n + 1;
             // A committed data batch that advanced the watermark may still owe its
             // no-data batch.
-            let entry = self.checkpoint.offsets(n)?.expect("exists");
+            let entry = cp.offsets(n)?.expect("exists");
             self.needs_no_data = self.plan.profile.no_data_batches
                 && self.has_watermarked_state()
                 && self.watermark.current_ms() > entry.batch_watermark_ms;
         } else {
             self.next_batch = n;
-            self.replay = self.checkpoint.offsets(n)?;
+            self.replay = cp.offsets(n)?;
         }
         Ok(())
     }
@@ -96,7 +96,7 @@ impl StreamingQuery {
         let (next_batch, watermark) = (self.next_batch, self.watermark.clone());
         self.rebuilding = true;
         for batch in first..=last {
-            let entry = self.checkpoint.offsets(batch)?.ok_or_else(|| {
+            let entry = self.checkpoint()?.offsets(batch)?.ok_or_else(|| {
                 Error::from(Diagnostic::new(
                     &codes::CHECKPOINT_CORRUPT,
                     format!("the offsets of batch {batch} are missing; the state cannot be rebuilt from version {first}"),

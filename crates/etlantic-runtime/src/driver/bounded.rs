@@ -1,0 +1,212 @@
+//! A batch run: the same driver, one bounded micro-batch, no checkpoint.
+//!
+//! Sources are read whole (their latest offsets, no read limit), the plan's regions run
+//! on their backends ([`crate::regions::RegionsProgram`]), and sinks are written once as
+//! micro-batch 0 of a query whose id is the plan's fingerprint. Quality gates,
+//! quarantine (with secrets scrubbed), sink contracts and the progress record are those
+//! of a streaming micro-batch; what a batch run leaves out is what needs a checkpoint:
+//! logs, state, recovery, watermarks, and the release of source positions.
+
+use super::{SinkRt, SourceRt, StreamingOptions, StreamingQuery};
+use crate::checkpoint::{OffsetEntry, SourceRange};
+use crate::connect::{open_sink, open_source};
+use crate::engine::ProgramSource;
+use crate::progress::QueryProgress;
+use crate::quality::QualityGate;
+use crate::quarantine::Quarantine;
+use crate::regions::RegionsProgram;
+use crate::secrets::Scrubber;
+use crate::watermark::WatermarkTracker;
+use etlantic_core::diagnostics::{codes, Error, Result};
+use etlantic_core::plugin::{self, ReadLimit};
+use etlantic_core::streaming::{ExecutionMode, LatePolicy};
+use etlantic_core::uri::{located, BindingUri};
+use etlantic_plan::plan::PipelinePlan;
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// How a batch run runs.
+#[derive(Clone)]
+pub struct BatchOptions {
+    /// Directory relative binding paths resolve against.
+    pub root: PathBuf,
+    /// Resolves `${...}` secret references in binding URIs.
+    pub resolve: crate::SecretResolver,
+    /// Called with the run's progress record.
+    pub on_progress: Option<super::ProgressListener>,
+}
+
+impl BatchOptions {
+    /// Options with no secret resolution and no listener.
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        BatchOptions {
+            root: root.into(),
+            resolve: Arc::new(|s| Ok(s.to_string())),
+            on_progress: None,
+        }
+    }
+}
+
+impl StreamingQuery {
+    /// Prepares a batch run of `plan`: opens its sources (all but those a region reads
+    /// in place) and sinks for a bounded read and write. Nothing is read yet; run it with
+    /// [`StreamingQuery::run_bounded`].
+    pub async fn start_batch(plan: &PipelinePlan, opts: BatchOptions) -> Result<Self> {
+        if plan.profile.mode != ExecutionMode::Batch {
+            return Err(Error::new(
+                &codes::PLAN_INVALID,
+                "this plan is a streaming plan; run it with the streaming runtime",
+            ));
+        }
+        plugin::check_registry()?;
+        let resolve = opts.resolve.as_ref();
+        let in_place = RegionsProgram::in_place_sources(plan);
+        let mut sources = Vec::new();
+        for s in plan.sources.iter().filter(|s| !in_place.contains(&&*s.id)) {
+            let source = open_source(
+                plan,
+                &s.asset,
+                resolve,
+                &opts.root,
+                ExecutionMode::Batch,
+                None,
+            )?;
+            let schema = source.schema();
+            let gate = QualityGate::for_asset(
+                plan,
+                &s.asset,
+                schema.clone(),
+                source.checks_record_rules(),
+            )?;
+            sources.push(SourceRt {
+                id: s.id.clone(),
+                asset: s.asset.clone(),
+                source,
+                limit: ReadLimit::unlimited(),
+                position: None,
+                info: ProgramSource {
+                    id: s.id.clone(),
+                    schema,
+                    event_time: None,
+                    delay_us: None,
+                    late: LatePolicy::Accept,
+                    is_static: false,
+                },
+                gate,
+                measured: None,
+            });
+        }
+        let mut sinks = Vec::new();
+        for s in &plan.sinks {
+            let contract = plan.asset_contract(&s.asset)?;
+            let sink = open_sink(
+                plan,
+                &s.asset,
+                resolve,
+                &opts.root,
+                ExecutionMode::Batch,
+                s.output_mode,
+            )?;
+            sinks.push(SinkRt {
+                id: s.id.clone(),
+                input: s.input.clone(),
+                sink,
+                output_mode: s.output_mode,
+                schema: contract.arrow_schema(),
+                description: etlantic_core::uri::redact(&plan.assets[&s.asset].binding),
+                gate: QualityGate::for_asset(plan, &s.asset, contract.arrow_schema(), false)?,
+            });
+        }
+        let quarantine_uri = BindingUri::parse(&resolve(&plan.profile.quarantine)?)?;
+        let scrub = Scrubber::for_plan(plan, resolve);
+        let run_id = uuid::Uuid::new_v4().to_string();
+        let quarantine = Quarantine::new(
+            located(&opts.root, &quarantine_uri.location),
+            scrub.clone(),
+            &run_id,
+            None,
+            plan.profile.on_error,
+        );
+        let program = Box::new(RegionsProgram::new(
+            plan,
+            opts.root.clone(),
+            opts.resolve.clone(),
+        ));
+        let mut streaming = StreamingOptions::new(opts.root, PathBuf::new());
+        streaming.resolve = opts.resolve;
+        streaming.on_progress = opts.on_progress;
+        Ok(StreamingQuery {
+            plan: plan.clone(),
+            checkpoint: None,
+            // Sinks know a batch run's rows as micro-batch 0 of the plan: a sink that
+            // keys idempotence on (query id, batch id) sees the same plan's runs as one.
+            query_id: plan.fingerprint.clone(),
+            run_id,
+            sources,
+            statics: Vec::new(),
+            sinks,
+            side_sinks: HashMap::new(),
+            program,
+            watermark: WatermarkTracker::new(BTreeMap::new(), plan.profile.watermark_policy),
+            prev_watermark_ms: 0,
+            next_batch: 0,
+            replay: None,
+            needs_no_data: false,
+            latest_offset_took: std::time::Duration::ZERO,
+            quarantine,
+            scrub,
+            // Fault injection is for the checkpointed protocol.
+            fail: None,
+            last_progress: None,
+            batches_run: 0,
+            failed_batch: None,
+            state: super::persist::StateWrites::new((streaming.clock)()),
+            rebuild: None,
+            rebuilding: false,
+            pending_release: Vec::new(),
+            opts: streaming,
+        })
+    }
+
+    /// Runs a batch run's one micro-batch — every source read whole, even when none has
+    /// rows (sinks are written all the same: an overwrite of nothing is still an
+    /// overwrite) — and closes the sinks. Returns its progress record.
+    pub async fn run_bounded(&mut self) -> Result<QueryProgress> {
+        if self.checkpoint.is_some() || self.batches_run > 0 {
+            return Err(Error::new(
+                &codes::ENGINE_ERROR,
+                "run_bounded runs a batch run's one micro-batch, once",
+            ));
+        }
+        let started = std::time::Instant::now();
+        let mut ranges = BTreeMap::new();
+        for s in self.sources.iter_mut() {
+            let end = s.source.latest_offset(None, &s.limit).await?;
+            ranges.insert(
+                s.id.clone(),
+                SourceRange {
+                    start: None,
+                    end: end.map(|o| o.0),
+                },
+            );
+        }
+        self.latest_offset_took = started.elapsed();
+        let entry = OffsetEntry {
+            batch_watermark_ms: 0,
+            late_watermark_ms: 0,
+            batch_timestamp_ms: (self.opts.clock)(),
+            kind: "data".into(),
+            sources: ranges,
+            conf: BTreeMap::from([("planFingerprint".to_string(), self.plan.fingerprint.clone())]),
+        };
+        self.execute(entry, false).await?;
+        self.close().await?;
+        self.last_progress.clone().ok_or_else(|| {
+            Error::new(
+                &codes::ENGINE_ERROR,
+                "the batch run's micro-batch left no progress record",
+            )
+        })
+    }
+}
