@@ -118,11 +118,27 @@ impl RunReport {
     /// The report of a run of `plan` that started at `started_at` and has done nothing
     /// yet.
     pub fn new(plan: &PipelinePlan, run_id: &str, started_at: &str) -> Self {
+        Self::empty(
+            &plan.pipeline,
+            &plan.fingerprint,
+            plan.profile.mode,
+            run_id,
+            started_at,
+        )
+    }
+
+    fn empty(
+        pipeline: &str,
+        fingerprint: &str,
+        mode: ExecutionMode,
+        run_id: &str,
+        started_at: &str,
+    ) -> Self {
         RunReport {
             run_id: run_id.to_string(),
-            pipeline: plan.pipeline.clone(),
-            fingerprint: plan.fingerprint.clone(),
-            mode: plan.profile.mode,
+            pipeline: pipeline.to_string(),
+            fingerprint: fingerprint.to_string(),
+            mode,
             status: "succeeded".into(),
             started_at: started_at.to_string(),
             duration_ms: 0,
@@ -237,21 +253,7 @@ mod tests {
     use crate::progress::{SinkProgress, SourceProgress};
 
     fn empty_report() -> RunReport {
-        RunReport {
-            run_id: "r".into(),
-            pipeline: "p".into(),
-            fingerprint: "f".into(),
-            mode: ExecutionMode::Streaming,
-            status: "succeeded".into(),
-            started_at: "t".into(),
-            duration_ms: 0,
-            sources: vec![],
-            sinks: vec![],
-            quarantine: String::new(),
-            quarantined: 0,
-            quality: vec![],
-            errors: vec![],
-        }
+        RunReport::empty("p", "f", ExecutionMode::Streaming, "r", "t")
     }
 
     fn record(

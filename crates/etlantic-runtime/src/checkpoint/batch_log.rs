@@ -348,7 +348,8 @@ impl BatchLog {
     pub fn append_commit(&self, batch: u64, entry: &CommitEntry) -> Result<()> {
         let mut w = self.writer();
         if w.file.is_none() {
-            // The batch was logged in the layout before this log (`offsets/<batch>`).
+            // No segment yet: a commit whose offsets this log never held (the driver
+            // logs offsets first) still gets a segment to be read back from.
             self.start_segment(&mut w, batch)?;
         }
         let line = LineRef {

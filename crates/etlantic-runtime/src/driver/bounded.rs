@@ -7,9 +7,9 @@
 //! of a streaming micro-batch; what a batch run leaves out is what needs a checkpoint:
 //! logs, state, recovery, watermarks, and the release of source positions.
 
-use super::{SinkRt, SourceRt, StreamingOptions, StreamingQuery};
+use super::{SourceRt, StreamingOptions, StreamingQuery};
 use crate::checkpoint::{OffsetEntry, SourceRange};
-use crate::connect::{open_sink, open_source};
+use crate::connect::open_source;
 use crate::engine::ProgramSource;
 use crate::progress::QueryProgress;
 use crate::quality::QualityGate;
@@ -97,27 +97,7 @@ impl StreamingQuery {
                 measured: None,
             });
         }
-        let mut sinks = Vec::new();
-        for s in &plan.sinks {
-            let contract = plan.asset_contract(&s.asset)?;
-            let sink = open_sink(
-                plan,
-                &s.asset,
-                resolve,
-                &opts.root,
-                ExecutionMode::Batch,
-                s.output_mode,
-            )?;
-            sinks.push(SinkRt {
-                id: s.id.clone(),
-                input: s.input.clone(),
-                sink,
-                output_mode: s.output_mode,
-                schema: contract.arrow_schema(),
-                description: etlantic_core::uri::redact(&plan.assets[&s.asset].binding),
-                gate: QualityGate::for_asset(plan, &s.asset, contract.arrow_schema(), false)?,
-            });
-        }
+        let sinks = super::open::open_sinks(plan, resolve, &opts.root, ExecutionMode::Batch)?;
         let quarantine_uri = BindingUri::parse(&resolve(&plan.profile.quarantine)?)?;
         let scrub = Scrubber::for_plan(plan, resolve);
         let run_id = uuid::Uuid::new_v4().to_string();

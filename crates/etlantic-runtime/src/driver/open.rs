@@ -150,6 +150,31 @@ pub fn compatibility_fingerprint(plan: &PipelinePlan) -> String {
     canonical::fingerprint(&v)
 }
 
+/// Opens the sinks of `plan` for a run in `mode`, each with its contract's schema and
+/// quality rules.
+pub(super) fn open_sinks(
+    plan: &PipelinePlan,
+    resolve: &dyn Fn(&str) -> Result<String>,
+    root: &std::path::Path,
+    mode: ExecutionMode,
+) -> Result<Vec<SinkRt>> {
+    let mut sinks = Vec::new();
+    for s in &plan.sinks {
+        let contract = plan.asset_contract(&s.asset)?;
+        let sink = open_sink(plan, &s.asset, resolve, root, mode, s.output_mode)?;
+        sinks.push(SinkRt {
+            id: s.id.clone(),
+            input: s.input.clone(),
+            sink,
+            output_mode: s.output_mode,
+            schema: contract.arrow_schema(),
+            description: etlantic_core::uri::redact(&plan.assets[&s.asset].binding),
+            gate: QualityGate::for_asset(plan, &s.asset, contract.arrow_schema(), false)?,
+        });
+    }
+    Ok(sinks)
+}
+
 impl StreamingQuery {
     /// Starts (or resumes) a query: opens the checkpoint, creates sources and sinks,
     /// restores state. Nothing is read yet.
@@ -266,29 +291,12 @@ impl StreamingQuery {
                 measured,
             });
         }
-        // Sinks.
-        let mut sinks = Vec::new();
-        for s in &plan.sinks {
-            let contract = plan.asset_contract(&s.asset)?;
-            let binding = &plan.assets[&s.asset].binding;
-            let sink = open_sink(
-                plan,
-                &s.asset,
-                opts.resolve.as_ref(),
-                &opts.root,
-                ExecutionMode::Streaming,
-                s.output_mode,
-            )?;
-            sinks.push(SinkRt {
-                id: s.id.clone(),
-                input: s.input.clone(),
-                sink,
-                output_mode: s.output_mode,
-                schema: contract.arrow_schema(),
-                description: etlantic_core::uri::redact(binding),
-                gate: QualityGate::for_asset(plan, &s.asset, contract.arrow_schema(), false)?,
-            });
-        }
+        let sinks = open_sinks(
+            plan,
+            opts.resolve.as_ref(),
+            &opts.root,
+            ExecutionMode::Streaming,
+        )?;
         let side_sinks: HashMap<String, usize> = sources
             .iter()
             .filter_map(|s| match &s.info.late {

@@ -3,14 +3,13 @@
 //! state of one that does not (a window aggregation, dedup: state the watermark keeps
 //! small) — appended to segment files `state-changes/<first version>.log`.
 //!
-//! Written as one file per operator and version (`state/<op>/<version>.delta.arrow` and
-//! `<version>.arrow`, the layout before this log, still read), a micro-batch's state
-//! costs a file creation, two `fsync`s (file and directory) and a rename per operator,
-//! and later an unlink: on this project's reference machine, a third of the CPU of the
-//! state write of Nexmark q3 (one join) and most of it for q8 (three operators). Here a
-//! state write appends one record holding every operator's entry to one open file and
-//! syncs it (`fdatasync`) once, before the commit that names the version. The whole
-//! snapshots of changelog operators (large, written in the background) stay files.
+//! One file per operator and version would cost a micro-batch's state write a file
+//! creation, two `fsync`s (file and directory) and a rename per operator, and later an
+//! unlink — most of the state write's CPU for queries with several small operators (see
+//! docs/streaming.md). Here a state write appends one record holding every operator's
+//! entry to one open file and syncs it (`fdatasync`) once, before the commit that names
+//! the version. The whole snapshots of changelog operators (large, written in the
+//! background) stay files.
 //!
 //! A record is
 //!
@@ -291,12 +290,7 @@ fn whole_versions(state: &dyn Storage, op: &str) -> Vec<u64> {
     };
     let mut out: Vec<u64> = entries
         .iter()
-        .filter_map(|name| {
-            name.strip_suffix(".arrow")
-                .filter(|n| !n.ends_with(".delta"))?
-                .parse()
-                .ok()
-        })
+        .filter_map(|name| name.strip_suffix(".arrow")?.parse().ok())
         .collect();
     out.sort_unstable();
     out
