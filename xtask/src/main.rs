@@ -45,7 +45,9 @@ enum Cmd {
     /// `ETLANTIC_BENCH_EVENTS` sets the number of generator events, default 20M) or
     /// `kafka` (Kafka mock cluster → window → Delta: events/s and checkpoint cost per
     /// micro-batch; `ETLANTIC_BENCH_EVENTS`, default 1M) or `nexmark` (the Nexmark
-    /// queries, streaming vs DataFusion batch; `--events`, default 2M).
+    /// queries, streaming vs DataFusion batch; `--events`, default 2M) or `state` (a
+    /// dedup and a join whose state only grows: throughput, peak memory, state write and
+    /// restart as the state grows; `--sizes`, default 1M,5M events).
     Bench {
         /// Which benchmark.
         #[arg(default_value = "clicks")]
@@ -56,6 +58,9 @@ enum Cmd {
         /// Generator events (`nexmark`; default 2M).
         #[arg(long)]
         events: Option<u64>,
+        /// Comma-separated generator event counts (`state`; default 1000000,5000000).
+        #[arg(long)]
+        sizes: Option<String>,
     },
     /// A randomized differential test against Apache Spark: generates `--count` small
     /// streaming scenarios (seeded), records them on a local Spark (pyspark), replays them
@@ -474,7 +479,12 @@ fn main() -> Result<()> {
             let q = std::fs::read_to_string(demo.join("out/quarantine.jsonl")).unwrap_or_default();
             println!("out/quarantine.jsonl:\n{q}");
         }
-        Cmd::Bench { name, runs, events } => {
+        Cmd::Bench {
+            name,
+            runs,
+            events,
+            sizes,
+        } => {
             ensure_protoc()?;
             match name.as_str() {
                 "clicks" => {
@@ -543,8 +553,18 @@ fn main() -> Result<()> {
                         .args(["--events", &events, "--markdown"])
                         .arg(root.join("docs/nexmark.md")))?;
                 }
+                "state" => {
+                    // State that only grows, on the memory store; writes docs/state.md.
+                    let sizes = sizes.unwrap_or_else(|| "1000000,5000000".into());
+                    run(Command::new(cargo())
+                        .current_dir(&root)
+                        .args(["bench", "-p", "etlantic-testkit", "--no-default-features"])
+                        .args(["--bench", "state", "--"])
+                        .args(["--events", &sizes, "--markdown"])
+                        .arg(root.join("docs/state.md")))?;
+                }
                 other => bail!(
-                    "unknown benchmark `{other}` (known: clicks, decode, join, kafka, nexmark)"
+                    "unknown benchmark `{other}` (known: clicks, decode, join, kafka, nexmark, state)"
                 ),
             }
         }

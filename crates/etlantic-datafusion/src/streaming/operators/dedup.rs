@@ -1,7 +1,25 @@
 //! Deduplication with state: Spark's `dropDuplicates` (keys, with the watermark) and
 //! `dropDuplicatesWithinWatermark`.
+//!
+//! The state is every key seen (the watermark or the TTL forgets keys). It keeps a
+//! changelog: a micro-batch's state write holds the keys it added and removed, not the
+//! whole state, so the checkpoint cost of a dedup over ever more keys follows the keys
+//! that arrive, not those held (a whole snapshot is written now and then, in the
+//! background, see `etlantic_runtime::checkpoint`).
 
 use super::*;
+use arrow::array::BinaryArray;
+use etlantic_runtime::checkpoint::{changes_batch, removed_rows};
+
+/// What the state keeps of one key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Seen {
+    /// Event time (µs) of the first occurrence, or its expiry in within-watermark mode;
+    /// `None` when the key carries no event time.
+    value: Option<i64>,
+    /// Processing time (epoch ms) it was first seen, for the TTL.
+    first_seen_ms: Option<i64>,
+}
 
 /// Deduplication: Spark's `dropDuplicates(keys)` (with or without a watermark) and
 /// `dropDuplicatesWithinWatermark(keys)`.
@@ -13,17 +31,24 @@ pub struct DedupOperator {
     time_column: Option<String>,
     /// `Some(delay µs)`: within-watermark mode (state expires at first event time + delay).
     within_delay_us: Option<i64>,
-    /// key bytes → event time (µs) of the first occurrence, or expiry for within mode;
-    /// `None` when the key carries no event time.
-    seen: HashMap<Vec<u8>, Option<i64>>,
-    /// key bytes → processing time (epoch ms) it was first seen, for the TTL.
-    first_seen_ms: HashMap<Vec<u8>, i64>,
+    /// Row-encoded key → what is kept of it. One map, the key stored once.
+    seen: HashMap<Box<[u8]>, Seen>,
+    /// Keys added since the last [`StatefulOperator::changes`] (some may have left
+    /// again: they are then in `gone` too).
+    added: Vec<Box<[u8]>>,
+    /// Keys that left since the last [`StatefulOperator::changes`].
+    gone: Vec<Box<[u8]>>,
     /// Keys are forgotten this long (processing time) after they were first seen.
     ttl: Option<StateTtl>,
     /// Keys forgotten by the TTL in the last micro-batch.
     ttl_removed: u64,
     metrics: StateMetrics,
 }
+
+/// The column of a snapshot holding the row-encoded key (its identity in the changelog).
+const KEY: &str = "__key";
+/// The column of a snapshot holding [`Seen::value`].
+const VALUE: &str = "__value";
 
 impl DedupOperator {
     /// A dedup over `keys` of rows with `schema` (all columns when `keys` is empty).
@@ -59,7 +84,8 @@ impl DedupOperator {
             time_column,
             within_delay_us,
             seen: HashMap::default(),
-            first_seen_ms: HashMap::default(),
+            added: Vec::new(),
+            gone: Vec::new(),
             ttl: None,
             ttl_removed: 0,
             metrics: StateMetrics::default(),
@@ -73,6 +99,43 @@ impl DedupOperator {
                 .time_column
                 .as_ref()
                 .is_some_and(|t| self.keys.contains(t))
+    }
+
+    /// The layout of a snapshot (and of the changelog's rows).
+    fn snapshot_schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new(KEY, DataType::Binary, true),
+            Field::new(VALUE, DataType::Int64, true),
+            Field::new(UPDATED_COLUMN, DataType::Int64, true),
+        ]))
+    }
+
+    /// State rows for `entries`, in the snapshot's layout.
+    fn state_rows<'a>(
+        entries: impl ExactSizeIterator<Item = (&'a [u8], Seen)> + Clone,
+    ) -> Result<RecordBatch> {
+        let keys = BinaryArray::from_iter_values(entries.clone().map(|(k, _)| k));
+        let values: Int64Array = entries.clone().map(|(_, s)| s.value).collect();
+        let first_seen: Int64Array = entries.map(|(_, s)| s.first_seen_ms).collect();
+        RecordBatch::try_new(
+            Self::snapshot_schema(),
+            vec![Arc::new(keys), Arc::new(values), Arc::new(first_seen)],
+        )
+        .map_err(Error::engine)
+    }
+
+    /// Forgets the keys `drop` selects, noting them for the changelog; returns how many.
+    fn forget(&mut self, mut drop: impl FnMut(&Seen) -> bool) -> u64 {
+        let before = self.seen.len();
+        let gone = &mut self.gone;
+        self.seen.retain(|k, s| {
+            let keep = !drop(s);
+            if !keep {
+                gone.push(k.clone());
+            }
+            keep
+        });
+        (before - self.seen.len()) as u64
     }
 }
 
@@ -95,20 +158,10 @@ impl StatefulOperator for DedupOperator {
         let mut updated = 0;
         let now_ms = ctx.processing_time_ms;
         // Keys whose TTL ran out are forgotten before the input is checked.
-        self.ttl_removed = 0;
-        if let Some(ttl) = self.ttl {
-            let expired: Vec<Vec<u8>> = self
-                .seen
-                .keys()
-                .filter(|k| ttl.expired(self.first_seen_ms.get(*k).copied(), now_ms))
-                .cloned()
-                .collect();
-            for k in expired {
-                self.seen.remove(&k);
-                self.first_seen_ms.remove(&k);
-                self.ttl_removed += 1;
-            }
-        }
+        self.ttl_removed = match self.ttl {
+            Some(ttl) => self.forget(|s| ttl.expired(s.first_seen_ms, now_ms)),
+            None => 0,
+        };
         let before = self.seen.len() as u64;
         for (batch_index, batch) in input.iter().enumerate().filter(|(_, b)| b.num_rows() > 0) {
             let cols: Vec<ArrayRef> = self
@@ -156,8 +209,15 @@ impl StatefulOperator for DedupOperator {
                     Some(d) => ts.map(|t| t + d),
                     None => ts,
                 };
-                self.seen.insert(key.to_vec(), value);
-                self.first_seen_ms.insert(key.to_vec(), now_ms);
+                let key: Box<[u8]> = key.into();
+                self.added.push(key.clone());
+                self.seen.insert(
+                    key,
+                    Seen {
+                        value,
+                        first_seen_ms: Some(now_ms),
+                    },
+                );
                 updated += 1;
                 keep.push(true);
             }
@@ -186,63 +246,76 @@ impl StatefulOperator for DedupOperator {
         }
         if ctx.has_watermark && self.evictable() {
             let wm = ctx.evict_watermark_us;
-            self.seen.retain(|_, v| v.is_none_or(|t| t > wm));
-            let seen = &self.seen;
-            self.first_seen_ms.retain(|k, _| seen.contains_key(k));
+            self.forget(|s| s.value.is_some_and(|t| t <= wm));
         }
         let after = self.seen.len() as u64;
         self.metrics = StateMetrics {
             rows_total: after,
             rows_updated: updated,
             rows_removed: (before + updated).saturating_sub(after) + self.ttl_removed,
-            memory_bytes: self.seen.keys().map(|k| k.len() as u64 + 40).sum(),
+            // The key, its box (pointer and length), the entry and the table's control
+            // byte.
+            memory_bytes: self
+                .seen
+                .keys()
+                .map(|k| (k.len() + 16 + std::mem::size_of::<Seen>() + 1) as u64)
+                .sum(),
         };
         Ok(out)
     }
 
     fn snapshot(&self) -> Result<RecordBatch> {
-        let mut entries: Vec<(&Vec<u8>, &Option<i64>)> = self.seen.iter().collect();
-        entries.sort();
-        let keys =
-            arrow::array::BinaryArray::from_iter_values(entries.iter().map(|(k, _)| k.as_slice()));
-        let values: Int64Array = entries.iter().map(|(_, v)| **v).collect();
-        let first_seen: Int64Array = entries
-            .iter()
-            .map(|(k, _)| self.first_seen_ms.get(*k).copied())
-            .collect();
-        RecordBatch::try_from_iter(vec![
-            ("__key", Arc::new(keys) as ArrayRef),
-            ("__value", Arc::new(values) as ArrayRef),
-            (UPDATED_COLUMN, Arc::new(first_seen) as ArrayRef),
-        ])
-        .map_err(Error::engine)
+        let mut entries: Vec<(&[u8], Seen)> = self.seen.iter().map(|(k, s)| (&**k, *s)).collect();
+        entries.sort_unstable();
+        Self::state_rows(entries.into_iter())
     }
 
     fn restore(&mut self, state: &RecordBatch) -> Result<()> {
         const OP: &str = "dedup";
-        let keys: arrow::array::BinaryArray = state_column(state, "__key", OP)?;
-        let values: Int64Array = state_column(state, "__value", OP)?;
+        let keys: BinaryArray = state_column(state, KEY, OP)?;
+        let values: Int64Array = state_column(state, VALUE, OP)?;
+        let first_seen: Int64Array = state_column(state, UPDATED_COLUMN, OP)?;
+        let at = |a: &Int64Array, i: usize| a.is_valid(i).then(|| a.value(i));
         self.seen = (0..state.num_rows())
             .map(|i| {
                 (
-                    keys.value(i).to_vec(),
-                    values.is_valid(i).then(|| values.value(i)),
+                    keys.value(i).into(),
+                    Seen {
+                        value: at(&values, i),
+                        first_seen_ms: at(&first_seen, i),
+                    },
                 )
             })
             .collect();
-        // Checkpoints written before TTL existed have no first-seen times.
-        let first_seen: Option<Int64Array> = match state.column_by_name(UPDATED_COLUMN) {
-            Some(_) => Some(state_column(state, UPDATED_COLUMN, OP)?),
-            None => None,
-        };
-        self.first_seen_ms = match first_seen {
-            Some(t) => (0..state.num_rows())
-                .filter(|i| t.is_valid(*i))
-                .map(|i| (keys.value(i).to_vec(), t.value(i)))
-                .collect(),
-            None => HashMap::default(),
-        };
+        self.added.clear();
+        self.gone.clear();
         Ok(())
+    }
+
+    fn changelog_identity(&self) -> Option<&'static [&'static str]> {
+        Some(&[KEY])
+    }
+
+    /// The keys added since the last call that are still held, and those that left.
+    fn changes(&mut self) -> Result<Option<RecordBatch>> {
+        let added = std::mem::take(&mut self.added);
+        let gone = std::mem::take(&mut self.gone);
+        let mut held: Vec<(&[u8], Seen)> = added
+            .iter()
+            .filter_map(|k| self.seen.get(k).map(|s| (&**k, *s)))
+            .collect();
+        // A key forgotten and seen again since the last call was added twice.
+        held.sort_unstable();
+        held.dedup_by(|a, b| a.0 == b.0);
+        let upserts = Self::state_rows(held.into_iter())?;
+        let removed = removed_rows(
+            &Self::snapshot_schema(),
+            vec![(
+                KEY,
+                Arc::new(BinaryArray::from_iter_values(gone.iter().map(|k| &**k))) as ArrayRef,
+            )],
+        )?;
+        Ok(Some(changes_batch(&[upserts], &removed)?))
     }
 
     fn metrics(&self) -> StateMetrics {
@@ -259,5 +332,94 @@ impl StatefulOperator for DedupOperator {
             Some(_) => vec![(ROWS_REMOVED_BY_TTL, self.ttl_removed)],
             None => vec![],
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use etlantic_runtime::checkpoint::apply_changes;
+
+    const SEC: i64 = 1_000_000;
+
+    fn batch(rows: &[(i64, i64)]) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, false),
+            Field::new(
+                "ts",
+                DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, None),
+                false,
+            ),
+        ]));
+        RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0))),
+                Arc::new(TimestampMicrosecondArray::from_iter_values(
+                    rows.iter().map(|r| r.1 * SEC),
+                )),
+            ],
+        )
+        .unwrap()
+    }
+
+    /// Late rows judged against `late_s`, state evicted with `evict_s` (the previous and
+    /// the current micro-batch's watermarks), at processing time `now_ms`.
+    fn ctx(late_s: i64, evict_s: i64, now_ms: i64) -> OpContext {
+        OpContext {
+            late_watermark_us: late_s * SEC,
+            evict_watermark_us: evict_s * SEC,
+            has_watermark: true,
+            output_mode: OutputMode::Append,
+            accept_late: false,
+            processing_time_ms: now_ms,
+        }
+    }
+
+    /// Every version is the previous one with the micro-batch's changes applied: keys
+    /// added, keys the watermark or the TTL forgot, a key forgotten and seen again, a key
+    /// added and forgotten in one micro-batch.
+    #[test]
+    fn the_changelog_rebuilds_every_version_of_the_state() {
+        let input = batch(&[]).schema();
+        // Within-watermark mode: a key expires 10 s after its first event time.
+        let mut op =
+            DedupOperator::new(input, vec!["k".into()], Some("ts".into()), Some(10 * SEC)).unwrap();
+        op.set_state_ttl("30 seconds".parse().unwrap()).unwrap();
+        // (rows (key, event time s), late watermark s, eviction watermark s, now ms)
+        type Step = (Vec<(i64, i64)>, i64, i64, i64);
+        let steps: Vec<Step> = vec![
+            (vec![(1, 100), (2, 101), (1, 102), (3, 103)], 0, 90, 0),
+            (vec![(2, 104), (4, 105), (5, 106)], 90, 95, 1_000),
+            // The watermark passes 1's and 2's expiry (110, 111).
+            (vec![(6, 121)], 95, 112, 2_000),
+            // 1 comes back; 7 arrives and expires (123) in the same micro-batch.
+            (vec![(1, 120), (7, 113), (8, 130)], 112, 125, 3_000),
+            // The TTL forgets 6, 1 and 8 (first seen 30 s ago or more), then 1 comes
+            // back again.
+            (vec![(1, 131), (9, 132)], 125, 127, 34_000),
+            (vec![], 127, 127, 40_000),
+        ];
+        let mut version: Option<RecordBatch> = None;
+        for (n, (rows, late, evict, now)) in steps.into_iter().enumerate() {
+            op.process(&[batch(&rows)], &ctx(late, evict, now)).unwrap();
+            let changes = op.changes().unwrap().expect("a changelog");
+            let next = apply_changes(version.as_ref(), &changes, &[KEY]).unwrap();
+            assert_eq!(next, op.snapshot().unwrap(), "version {n}");
+            version = Some(next);
+        }
+        assert_eq!(op.seen.len(), 2, "1 and 9: {:?}", op.seen);
+        // A restored operator has no changes of its own and behaves the same.
+        let mut restored = DedupOperator::new(
+            batch(&[]).schema(),
+            vec!["k".into()],
+            Some("ts".into()),
+            Some(10 * SEC),
+        )
+        .unwrap();
+        restored.restore(version.as_ref().unwrap()).unwrap();
+        assert_eq!(restored.snapshot().unwrap(), op.snapshot().unwrap());
+        let nothing = restored.changes().unwrap().unwrap();
+        assert_eq!(nothing.num_rows(), 0);
     }
 }
