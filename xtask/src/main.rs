@@ -151,12 +151,37 @@ fn have(program: &str) -> bool {
 }
 
 /// The Spark Connect protocol crate compiles .proto files with `protoc`.
-fn ensure_protoc() -> Result<()> {
-    if have("protoc") || std::env::var_os("PROTOC").is_some() {
-        return Ok(());
+/// What building the workspace needs from the system: `protoc` (Spark Connect's
+/// protocol) and libclang (bindgen, for RocksDB's bindings). Installs Debian's packages
+/// when missing.
+fn ensure_build_tools() -> Result<()> {
+    if !(have("protoc") || std::env::var_os("PROTOC").is_some()) {
+        apt_install("protobuf-compiler", "protoc")?;
     }
-    eprintln!("protoc is missing: installing Debian's protobuf-compiler");
-    let install = "apt-get install -y protobuf-compiler >/dev/null || (apt-get update >/dev/null && apt-get install -y protobuf-compiler >/dev/null)";
+    if !have_libclang() {
+        apt_install("libclang-dev", "libclang")?;
+    }
+    Ok(())
+}
+
+/// Whether bindgen will find libclang (`LIBCLANG_PATH`, or an LLVM install of Debian's).
+fn have_libclang() -> bool {
+    if std::env::var_os("LIBCLANG_PATH").is_some() {
+        return true;
+    }
+    std::fs::read_dir("/usr/lib")
+        .map(|d| {
+            d.flatten().any(|e| {
+                e.file_name().to_string_lossy().starts_with("llvm-")
+                    && e.path().join("lib/libclang.so").exists()
+            })
+        })
+        .unwrap_or(false)
+}
+
+fn apt_install(package: &str, what: &str) -> Result<()> {
+    eprintln!("{what} is missing: installing Debian's {package}");
+    let install = format!("apt-get install -y {package} >/dev/null || (apt-get update >/dev/null && apt-get install -y {package} >/dev/null)");
     let sudo = if have("sudo") && !is_root() {
         "sudo "
     } else {
@@ -165,7 +190,7 @@ fn ensure_protoc() -> Result<()> {
     run(Command::new("sh")
         .arg("-c")
         .arg(install.replace("apt-get", &format!("{sudo}apt-get"))))
-    .context("install protobuf-compiler (protoc) with your package manager")
+    .with_context(|| format!("install {package} ({what}) with your package manager"))
 }
 
 fn is_root() -> bool {
@@ -429,13 +454,13 @@ fn main() -> Result<()> {
     let root = root();
     match cli.command {
         Cmd::Setup => {
-            ensure_protoc()?;
+            ensure_build_tools()?;
             ensure_postgres()?;
             ensure_etlantic_py()?;
             ensure_pyspark()?;
         }
         Cmd::Ci => {
-            ensure_protoc()?;
+            ensure_build_tools()?;
             ensure_postgres()?;
             ensure_etlantic_py()?;
             ensure_pyspark()?;
@@ -457,7 +482,7 @@ fn main() -> Result<()> {
             ]))?;
         }
         Cmd::Demo => {
-            ensure_protoc()?;
+            ensure_build_tools()?;
             run(Command::new(cargo()).current_dir(&root).args([
                 "build",
                 "--release",
@@ -485,7 +510,7 @@ fn main() -> Result<()> {
             events,
             sizes,
         } => {
-            ensure_protoc()?;
+            ensure_build_tools()?;
             match name.as_str() {
                 "clicks" => {
                     let data = root.join("scratch/bench");
@@ -569,7 +594,7 @@ fn main() -> Result<()> {
             }
         }
         Cmd::Equivalence => {
-            ensure_protoc()?;
+            ensure_build_tools()?;
             ensure_postgres()?;
             run(Command::new(cargo())
                 .current_dir(&root)
@@ -613,7 +638,7 @@ fn main() -> Result<()> {
             if options.binary.exists() && !options.binary.starts_with(&target) {
                 return soak::run(&options);
             }
-            ensure_protoc()?;
+            ensure_build_tools()?;
             let mut build = Command::new(cargo());
             build.current_dir(&root);
             if release {
@@ -628,7 +653,7 @@ fn main() -> Result<()> {
             soak::run(&options)?;
         }
         Cmd::SparkDiff { count, seed } => {
-            ensure_protoc()?;
+            ensure_build_tools()?;
             ensure_pyspark()?;
             build_tests_and_prune(&root)?;
             let target = std::env::var("CARGO_TARGET_DIR")

@@ -14,6 +14,8 @@
 //! - [`progress`]: the typed progress record ([`progress::QueryProgress`]), serialised in
 //!   Spark's `StreamingQueryProgress` shape, and [`report`]: the run report built from
 //!   a run's progress records;
+//! - [`state_store`]: the trait of versioned key-value stores that keep an operator's
+//!   state on disk, checkpointed incrementally;
 //! - [`static_source`]: static tables joined to streams;
 //! - [`whole_query`]: queries a backend runs whole in another system (Spark), whose
 //!   progress the runtime relays.
@@ -33,6 +35,7 @@ pub mod quarantine;
 pub mod regions;
 pub mod report;
 pub mod secrets;
+pub mod state_store;
 pub mod static_source;
 pub mod watermark;
 pub mod whole_query;
