@@ -26,7 +26,10 @@
 //! (default 1 second): the state written once per D of processing time, as Flink
 //! checkpoints, instead of after every micro-batch.
 
+mod common;
+
 use arrow::array::RecordBatch;
+use common::{arg, cpu_seconds};
 use datafusion::prelude::SessionContext;
 use etlantic_core::plugin::{ReadLimit, Source, SourceContext};
 use etlantic_core::streaming::{ExecutionMode, OutputMode};
@@ -101,19 +104,6 @@ unsafe impl std::alloc::GlobalAlloc for BenchAllocator {
             unsafe { mimalloc::MiMalloc.realloc(ptr, layout, new_size) }
         }
     }
-}
-
-/// CPU seconds (user + system, all threads) of this process so far, to the
-/// nanosecond: `/proc/self/stat` counts 10 ms ticks, a tenth of q3's whole run.
-fn cpu_seconds() -> f64 {
-    let mut t = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `t` is a valid, writable timespec for the duration of the call.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) };
-    assert_eq!(rc, 0, "the process CPU clock is readable");
-    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
 }
 
 /// Minor page faults of this process so far: a fault clears a fresh page, which costs
@@ -374,12 +364,6 @@ fn duration_ms(progress: &[serde_json::Value], key: &str) -> f64 {
         .filter(|p| p["numInputRows"].as_u64().unwrap_or(0) > 0)
         .map(|p| p["durationMs"][key].as_f64().unwrap_or(0.0))
         .sum()
-}
-
-fn arg(args: &[String], name: &str) -> Option<String> {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1).cloned())
 }
 
 fn main() {

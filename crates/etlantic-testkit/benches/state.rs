@@ -18,6 +18,9 @@
 //! `cargo xtask bench state` runs it; `--markdown FILE` writes the table;
 //! `--query dedup|join` runs one query.
 
+mod common;
+
+use common::{arg, cpu_seconds};
 use etlantic_core::streaming::OutputMode;
 use etlantic_plan::Project;
 use etlantic_runtime::{StreamingOptions, StreamingQuery};
@@ -65,17 +68,6 @@ fn profile(query: &str, events: u64, per_batch: u64, sink: &str) -> String {
     }
     p.push_str(&format!("  out: {sink}\n"));
     p
-}
-
-fn cpu_seconds() -> f64 {
-    let mut t = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `t` is a valid, writable timespec for the duration of the call.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) };
-    assert_eq!(rc, 0, "the process CPU clock is readable");
-    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
 }
 
 /// A `/proc/self/<file>` figure: the number after `key`.
@@ -181,12 +173,6 @@ fn child(query: &str, events: u64, per_batch: u64) {
             "restart_s": restart,
         })
     );
-}
-
-fn arg(args: &[String], name: &str) -> Option<String> {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1).cloned())
 }
 
 fn main() {
