@@ -579,11 +579,13 @@ fn main() -> Result<()> {
                         .arg(root.join("docs/nexmark.md")))?;
                 }
                 "state" => {
-                    // State that only grows, on the memory store; writes docs/state.md.
+                    // State that only grows, on the memory and the disk store; writes
+                    // docs/state.md.
                     let sizes = sizes.unwrap_or_else(|| "1000000,5000000".into());
                     run(Command::new(cargo())
                         .current_dir(&root)
                         .args(["bench", "-p", "etlantic-testkit", "--no-default-features"])
+                        .args(["--features", "disk-state"])
                         .args(["--bench", "state", "--"])
                         .args(["--events", &sizes, "--markdown"])
                         .arg(root.join("docs/state.md")))?;

@@ -5,7 +5,7 @@
 
 use crate::diagnostics::{codes, Diagnostic, Diagnostics, Error, Result};
 use crate::guarantee::DeliveryGuarantee;
-use crate::streaming::{Duration, ExecutionMode, Trigger, WatermarkPolicy};
+use crate::streaming::{ByteSize, Duration, ExecutionMode, Trigger, WatermarkPolicy};
 use crate::uri::{self, BindingUri};
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
@@ -95,6 +95,21 @@ pub struct Profile {
     /// state store checkpoints every micro-batch): results never depend on it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state_checkpoint_interval: Option<Duration>,
+    /// Where streaming operators keep their state: `memory` (the default: all of it in
+    /// memory, checkpointed as changes and snapshots) or `disk` (RocksDB on the local
+    /// disk, its memory bounded by `state_memory_limit`, checkpointed incrementally), or
+    /// the name of another linked state store. Ignored in batch runs.
+    #[serde(default = "memory_store", skip_serializing_if = "is_memory_store")]
+    pub state_store: String,
+    /// What a disk state store may hold in memory (block cache and write buffers) for the
+    /// whole query, shared among its operators. Default [`DEFAULT_STATE_MEMORY_LIMIT`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_memory_limit: Option<ByteSize>,
+    /// The local directory of the disk state store's working copies (relative to the
+    /// project root; default [`DEFAULT_STATE_LOCAL_DIR`]). It is a cache: the checkpoint
+    /// holds the state, and a query restarted without it restores from there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_local_dir: Option<String>,
     /// Quality-rule policies: rule id (`orders.amount.range`, see
     /// [`crate::contract::rules`]) → `fail | drop | quarantine | warn`. Rules not listed
     /// keep the policy their contract declares, else `on_error` (rules that point at
@@ -115,6 +130,12 @@ fn api_version() -> String {
 fn profile_kind() -> String {
     "Profile".into()
 }
+fn memory_store() -> String {
+    MEMORY_STATE_STORE.into()
+}
+fn is_memory_store(name: &str) -> bool {
+    name == MEMORY_STATE_STORE
+}
 fn yes() -> bool {
     true
 }
@@ -124,6 +145,18 @@ fn is_true(b: &bool) -> bool {
 fn is_default<T: Default + PartialEq>(t: &T) -> bool {
     *t == T::default()
 }
+
+/// The state store that keeps operator state in memory (the default `state_store`).
+pub const MEMORY_STATE_STORE: &str = "memory";
+
+/// The default `state_memory_limit`: 256 MB.
+pub const DEFAULT_STATE_MEMORY_LIMIT: ByteSize = ByteSize::from_bytes(256_000_000);
+
+/// The least `state_memory_limit` accepted: 16 MB.
+pub const MIN_STATE_MEMORY_LIMIT: ByteSize = ByteSize::from_bytes(16_000_000);
+
+/// The default `state_local_dir`.
+pub const DEFAULT_STATE_LOCAL_DIR: &str = ".etlantic/state";
 
 /// The quarantine output used when a profile names none.
 pub const DEFAULT_QUARANTINE: &str = "file://out/quarantine.jsonl";
@@ -148,6 +181,9 @@ impl Profile {
             endpoints: IndexMap::new(),
             state_ttl: IndexMap::new(),
             state_checkpoint_interval: None,
+            state_store: memory_store(),
+            state_memory_limit: None,
+            state_local_dir: None,
             quality_policies: IndexMap::new(),
             secrets: IndexMap::new(),
             extensions: IndexMap::new(),
@@ -261,6 +297,25 @@ impl Profile {
                         format!("the state TTL of `{op}` must be positive"),
                     )
                     .at(format!("state_ttl.{op}"))
+                    .in_file(origin),
+                );
+            }
+        }
+        if self.state_store.trim().is_empty() {
+            d.push(
+                Diagnostic::new(&codes::STATE_STORE_UNKNOWN, "`state_store` is empty")
+                    .at("state_store")
+                    .in_file(origin),
+            );
+        }
+        if let Some(limit) = self.state_memory_limit {
+            if limit < MIN_STATE_MEMORY_LIMIT {
+                d.push(
+                    Diagnostic::new(
+                        &codes::BAD_BYTE_SIZE,
+                        format!("`state_memory_limit` of {limit} is below the least a disk state store can work in ({MIN_STATE_MEMORY_LIMIT})"),
+                    )
+                    .at("state_memory_limit")
                     .in_file(origin),
                 );
             }

@@ -117,6 +117,97 @@ impl<'de> Deserialize<'de> for Duration {
     }
 }
 
+/// A size in bytes, written `"<integer> <unit>"`: `B`, `KB`/`MB`/`GB` (powers of 1000)
+/// or `KiB`/`MiB`/`GiB` (powers of 1024); a bare integer is bytes. Serialised as it was
+/// written in the largest exact unit (`"256 MB"`, `"1 GiB"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct ByteSize {
+    bytes: u64,
+}
+
+const SIZE_UNITS: &[(&str, u64)] = &[
+    ("GiB", 1 << 30),
+    ("GB", 1_000_000_000),
+    ("MiB", 1 << 20),
+    ("MB", 1_000_000),
+    ("KiB", 1 << 10),
+    ("KB", 1000),
+    ("B", 1),
+];
+
+impl ByteSize {
+    /// A size of `bytes` bytes.
+    pub const fn from_bytes(bytes: u64) -> Self {
+        ByteSize { bytes }
+    }
+
+    /// Bytes.
+    pub const fn as_bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+impl FromStr for ByteSize {
+    type Err = Error;
+    fn from_str(text: &str) -> Result<Self> {
+        let bad = || {
+            Error::from(Diagnostic::new(
+                &codes::BAD_BYTE_SIZE,
+                format!("cannot parse size `{text}`"),
+            ))
+        };
+        let t = text.trim();
+        let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+        let (num, unit) = t.split_at(split);
+        let n: u64 = num.parse().map_err(|_| bad())?;
+        let unit = unit.trim();
+        let factor = match unit {
+            "" => 1,
+            u => SIZE_UNITS
+                .iter()
+                .find(|(name, _)| name.eq_ignore_ascii_case(u))
+                .map(|(_, f)| *f)
+                .ok_or_else(bad)?,
+        };
+        n.checked_mul(factor)
+            .map(ByteSize::from_bytes)
+            .ok_or_else(bad)
+    }
+}
+
+impl fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (name, factor) = SIZE_UNITS
+            .iter()
+            .find(|(_, factor)| self.bytes > 0 && self.bytes.is_multiple_of(*factor))
+            .copied()
+            .unwrap_or(("B", 1));
+        write!(f, "{} {name}", self.bytes / factor)
+    }
+}
+
+impl Serialize for ByteSize {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        // A YAML integer is bytes.
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Text {
+            Number(u64),
+            Text(String),
+        }
+        match Text::deserialize(d)? {
+            Text::Number(n) => Ok(ByteSize::from_bytes(n)),
+            Text::Text(s) => s.parse().map_err(|e: Error| serde::de::Error::custom(e)),
+        }
+    }
+}
+
 /// The event-time column of a source.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -403,6 +494,26 @@ mod tests {
         assert_eq!("x".parse::<Duration>().unwrap_err().code(), "ETL008");
         assert!("-5 seconds".parse::<Duration>().is_err());
         assert!("5 fortnights".parse::<Duration>().is_err());
+    }
+
+    #[test]
+    fn byte_sizes_parse_and_round_trip() {
+        let parse = |t: &str| t.parse::<ByteSize>().map(|b| b.as_bytes());
+        assert_eq!(parse("256 MB").unwrap(), 256_000_000);
+        assert_eq!(parse("256MiB").unwrap(), 256 << 20);
+        assert_eq!(parse("1 gib").unwrap(), 1 << 30);
+        assert_eq!(parse("4096").unwrap(), 4096);
+        assert_eq!(parse("12 B").unwrap(), 12);
+        assert_eq!(parse("x").unwrap_err().code(), "ETL011");
+        assert!(parse("-1 MB").is_err());
+        assert!(parse("5 furlongs").is_err());
+        assert!(parse("99999999999999 GB").is_err(), "overflow");
+        for text in ["256 MB", "1 GiB", "3 KiB", "1001 B", "0 B"] {
+            let size: ByteSize = text.parse().unwrap();
+            assert_eq!(size.to_string(), text);
+        }
+        let from_yaml: ByteSize = serde_yaml::from_str("1048576").unwrap();
+        assert_eq!(from_yaml.to_string(), "1 MiB");
     }
 
     #[test]

@@ -108,9 +108,27 @@ pub struct PlanProfile {
     /// after every micro-batch. See `etlantic_core::profile::Profile::state_checkpoint_interval`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state_checkpoint_interval: Option<Duration>,
+    /// Where streaming operators keep their state (see
+    /// `etlantic_core::profile::Profile::state_store`).
+    #[serde(default = "memory_store", skip_serializing_if = "is_memory_store")]
+    pub state_store: String,
+    /// What a disk state store may hold in memory for the whole query.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_memory_limit: Option<etlantic_core::streaming::ByteSize>,
+    /// The local directory of the disk state store's working copies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_local_dir: Option<String>,
     /// Quality-rule policies by rule id (see `etlantic_core::contract::rules`).
     #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
     pub quality_policies: IndexMap<String, etlantic_core::contract::rules::Policy>,
+}
+
+fn memory_store() -> String {
+    etlantic_core::profile::MEMORY_STATE_STORE.into()
+}
+
+fn is_memory_store(name: &str) -> bool {
+    name == etlantic_core::profile::MEMORY_STATE_STORE
 }
 
 /// A contract embedded in the plan.

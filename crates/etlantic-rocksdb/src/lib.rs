@@ -18,6 +18,11 @@
 //! versions/<version>.json          the manifest: what the version is made of
 //! ```
 //!
+//! The working copy keeps the files of its last commit (`commit-<version>/`, hard links
+//! of the SSTs, and the version's manifest): a restart on the same machine restores that
+//! version from them when the checkpoint's manifest of it is the same, and reads the
+//! checkpoint otherwise (another version, another machine, a lost working copy).
+//!
 //! Writes go to the memtable without RocksDB's write-ahead log: the micro-batch log is
 //! the write-ahead log, and a micro-batch that did not commit is run again from the
 //! restored version.
@@ -91,6 +96,8 @@ pub struct DiskStore {
     ctx: StoreContext,
     db: Option<DB>,
     options: Options,
+    /// The block cache, which the memtables are charged to as well.
+    cache: Cache,
     /// The SSTs the checkpoint holds of the version the working copy builds on, by
     /// (local name, size).
     uploaded: HashMap<(String, u64), String>,
@@ -118,6 +125,7 @@ impl DiskStore {
             ctx,
             db: None,
             options,
+            cache,
             uploaded: HashMap::new(),
         };
         store.reset_working_copy()?;
@@ -130,7 +138,13 @@ impl DiskStore {
     }
 
     fn open_db(&self) -> Result<DB> {
-        DB::open(&self.options, self.db_dir()).map_err(|e| engine("open", e))
+        // The default column family named, so that batched reads can address it.
+        DB::open_cf(
+            &self.options,
+            self.db_dir(),
+            [rocksdb::DEFAULT_COLUMN_FAMILY_NAME],
+        )
+        .map_err(|e| engine("open", e))
     }
 
     fn db(&self) -> &DB {
@@ -172,9 +186,132 @@ impl DiskStore {
     }
 }
 
+/// The local copy of the last commit (`<working copy>/commit-<version>/`, with the
+/// version's manifest as `manifest.json`).
+const LOCAL_MANIFEST: &str = "manifest.json";
+
+impl DiskStore {
+    /// Keeps the files of the commit just made (`staged`, hard links of the SSTs) as the
+    /// local copy of its version, in place of the previous one, so that a restart on this
+    /// machine restores it without reading the checkpoint. Written after the commit
+    /// point, with the manifest the checkpoint holds: a restore uses it only when that
+    /// manifest is still the checkpoint's.
+    fn keep_local_commit(&self, staged: &Path, manifest: &[u8]) -> Result<()> {
+        let at = staged.join(LOCAL_MANIFEST);
+        std::fs::write(&at, manifest).map_err(|e| io("write", &at, e))?;
+        let dir = &self.ctx.local_dir;
+        let entries = std::fs::read_dir(dir).map_err(|e| io("list", dir, e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| io("list", dir, e))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with("commit-") && entry.path() != staged {
+                std::fs::remove_dir_all(entry.path()).map_err(|e| io("clear", &entry.path(), e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Replaces the working copy with `version` (see [`StateStore::restore`]).
+    fn restore_version(&mut self, version: Option<u64>) -> Result<()> {
+        let manifest = version.map(|v| self.manifest(v)).transpose()?;
+        self.reset_working_copy()?;
+        self.uploaded.clear();
+        if let Some(m) = &manifest {
+            if self.restore_local_commit(m)? {
+                self.db = Some(self.open_db()?);
+                return Ok(());
+            }
+        }
+        if let Some(m) = manifest {
+            let dir = self.db_dir();
+            let fetch = |stored: &str, local: &str| -> Result<()> {
+                let bytes = self.storage().read(stored)?.ok_or_else(|| {
+                    Error::new(
+                        &codes::CHECKPOINT_CORRUPT,
+                        format!(
+                            "version {} of operator `{}` names {}, which is missing",
+                            m.version,
+                            self.ctx.operator,
+                            self.storage().display(stored)
+                        ),
+                    )
+                })?;
+                let at = dir.join(local);
+                std::fs::write(&at, bytes).map_err(|e| io("write", &at, e))
+            };
+            for f in &m.ssts {
+                fetch(&f.stored, &f.local)?;
+            }
+            for name in &m.small {
+                fetch(&format!("small/{}/{name}", m.version), name)?;
+            }
+            self.uploaded = m
+                .ssts
+                .into_iter()
+                .map(|f| ((f.local, f.size), f.stored))
+                .collect();
+        }
+        self.db = Some(self.open_db()?);
+        Ok(())
+    }
+
+    /// Restores `m` from the local copy of its commit, if there is one with the same
+    /// manifest and every file it names; returns whether it did. SSTs are immutable and
+    /// hard-linked; the small files, which RocksDB may rewrite, are copied.
+    fn restore_local_commit(&mut self, m: &Manifest) -> Result<bool> {
+        let local = self.ctx.local_dir.join(format!("commit-{}", m.version));
+        let same = std::fs::read(local.join(LOCAL_MANIFEST))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Manifest>(&b).ok())
+            .is_some_and(|kept| kept == *m);
+        let complete =
+            same && m.ssts.iter().all(|f| {
+                std::fs::metadata(local.join(&f.local)).is_ok_and(|md| md.len() == f.size)
+            }) && m.small.iter().all(|n| local.join(n).is_file());
+        if !complete {
+            return Ok(false);
+        }
+        let dir = self.db_dir();
+        for f in &m.ssts {
+            let (from, to) = (local.join(&f.local), dir.join(&f.local));
+            std::fs::hard_link(&from, &to).map_err(|e| io("link", &to, e))?;
+        }
+        for name in &m.small {
+            let (from, to) = (local.join(name), dir.join(name));
+            std::fs::copy(&from, &to).map_err(|e| io("copy", &to, e))?;
+        }
+        self.uploaded = m
+            .ssts
+            .iter()
+            .map(|f| ((f.local.clone(), f.size), f.stored.clone()))
+            .collect();
+        Ok(true)
+    }
+}
+
 impl StateStore for DiskStore {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         self.db().get(key).map_err(|e| engine("read", e))
+    }
+
+    fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        // RocksDB's batched MultiGet reads the keys' blocks together (and their filters
+        // once per file), much cheaper than one `get` each.
+        let db = self.db();
+        let cf = db
+            .cf_handle(rocksdb::DEFAULT_COLUMN_FAMILY_NAME)
+            .ok_or_else(|| engine("read", "no default column family"))?;
+        db.batched_multi_get_cf(cf, keys.iter().copied(), false)
+            .into_iter()
+            .map(|r| {
+                r.map(|v| v.map(|v| v.to_vec()))
+                    .map_err(|e| engine("read", e))
+            })
+            .collect()
+    }
+
+    fn memory_bytes(&self) -> u64 {
+        self.cache.get_usage() as u64
     }
 
     fn write(&mut self, writes: StoreWrites) -> Result<()> {
@@ -280,47 +417,20 @@ impl StateStore for DiskStore {
         // The commit point: every file it names is durable already.
         put_bytes(self.storage(), &manifest_path(version), &bytes)?;
         self.uploaded = uploaded;
-        std::fs::remove_dir_all(&staged).map_err(|e| io("clear", &staged, e))?;
+        self.keep_local_commit(&staged, &bytes)?;
         Ok(stats)
     }
 
     fn restore(&mut self, version: Option<u64>) -> Result<()> {
-        let manifest = version.map(|v| self.manifest(v)).transpose()?;
-        self.reset_working_copy()?;
-        self.uploaded.clear();
-        if let Some(m) = manifest {
-            let dir = self.db_dir();
-            let fetch = |stored: &str, local: &str| -> Result<()> {
-                let bytes = self.storage().read(stored)?.ok_or_else(|| {
-                    Error::new(
-                        &codes::CHECKPOINT_CORRUPT,
-                        format!(
-                            "version {} of operator `{}` names {}, which is missing",
-                            m.version,
-                            self.ctx.operator,
-                            self.storage().display(stored)
-                        ),
-                    )
-                })?;
-                let at = dir.join(local);
-                std::fs::write(&at, bytes).map_err(|e| io("write", &at, e))
-            };
-            for f in &m.ssts {
-                fetch(&f.stored, &f.local)?;
-            }
-            for name in &m.small {
-                fetch(&format!("small/{}/{name}", m.version), name)?;
-            }
-            self.uploaded = m
-                .ssts
-                .into_iter()
-                .map(|f| ((f.local, f.size), f.stored))
-                .collect();
+        let restored = self.restore_version(version);
+        if restored.is_err() {
+            // A failed restore leaves the empty state, never a half-written one.
+            self.reset_working_copy()?;
+            self.uploaded.clear();
+            self.db = Some(self.open_db()?);
         }
-        self.db = Some(self.open_db()?);
-        Ok(())
+        restored
     }
-
     fn retain(&mut self, oldest: u64) -> Result<()> {
         let versions = self.versions()?;
         let mut referenced = BTreeSet::new();

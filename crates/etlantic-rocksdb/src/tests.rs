@@ -211,3 +211,48 @@ fn a_missing_file_is_reported() {
     let err = fx.open("b").restore(Some(1)).unwrap_err();
     assert_eq!(err.code(), "ETL801", "{err}");
 }
+
+/// A restart on the same machine restores the last commit from the working copy's local
+/// copy of it (reading no SST from the checkpoint); a working copy without one, or whose
+/// copy is of another commit, reads the checkpoint.
+#[test]
+fn the_last_commit_restores_from_the_working_copy() {
+    let fx = Fixture::new();
+    let mut s = fx.open("a");
+    put_range(&mut s, 0, 100, "a");
+    s.commit(1).unwrap();
+    put_range(&mut s, 100, 200, "b");
+    s.commit(2).unwrap();
+    let v2 = all(&s);
+    put_range(&mut s, 500, 600, "uncommitted");
+    // Without the checkpoint's SSTs, only the local copy can give version 2.
+    let ssts = fx.files("sst");
+    let saved: Vec<(String, Vec<u8>)> = ssts
+        .iter()
+        .map(|n| {
+            (
+                n.clone(),
+                std::fs::read(fx.checkpoint.join("sst").join(n)).unwrap(),
+            )
+        })
+        .collect();
+    for n in &ssts {
+        std::fs::remove_file(fx.checkpoint.join("sst").join(n)).unwrap();
+    }
+    s.restore(Some(2)).unwrap();
+    assert_eq!(all(&s), v2);
+    // The local copy is of version 2 only: version 1 needs the checkpoint.
+    assert!(s.restore(Some(1)).is_err_and(|e| e.code() == "ETL801"));
+    let err = fx.open("b").restore(Some(2)).unwrap_err();
+    assert_eq!(err.code(), "ETL801", "{err}");
+    for (n, bytes) in saved {
+        std::fs::write(fx.checkpoint.join("sst").join(n), bytes).unwrap();
+    }
+    // Version 2 committed again by another run: the local copy no longer matches.
+    let mut other = fx.open("c");
+    other.restore(Some(1)).unwrap();
+    put_range(&mut other, 100, 200, "other");
+    other.commit(2).unwrap();
+    s.restore(Some(2)).unwrap();
+    assert_eq!(all(&s), all(&other));
+}

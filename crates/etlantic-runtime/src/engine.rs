@@ -11,6 +11,7 @@
 //! the runtime picks the engine of the plan's streaming region by its backend's name.
 
 use crate::progress::StateOperatorProgress;
+use crate::state_store::StateStore;
 use arrow::array::{Array, BooleanArray, RecordBatch};
 use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
@@ -168,8 +169,17 @@ pub trait MicroBatchProgram: Send {
 
 /// One stateful operator's state, as the checkpoint sees it.
 ///
+/// An operator keeps its state in memory (the checkpoint then reads it as snapshots and
+/// changes) or, once given one by [`OperatorState::use_store`], in a [`StateStore`],
+/// which the runtime commits, restores and prunes by version instead.
+///
 /// # Invariants an implementer must keep
 /// - `restore(snapshot())` gives an operator that behaves exactly like this one.
+/// - Once `use_store` succeeded, the operator keeps all of its state in that store
+///   (nothing that a restored store would not give back lives only in memory across
+///   micro-batches), [`OperatorState::store`] returns it, and `changes` returns `None`.
+/// - An operator that cannot keep its state in a store refuses `use_store` with
+///   `ETL435` naming why; it never keeps the state in memory instead.
 /// - With a changelog ([`OperatorState::changelog_identity`] is `Some`), `changes` returns
 ///   the changes since the previous call (or since `restore`, or the start) as a
 ///   [`crate::checkpoint::changes_batch`], and the previous version's snapshot with them
@@ -190,6 +200,28 @@ pub trait OperatorState: Send {
     fn changes(&mut self) -> Result<Option<RecordBatch>>;
     /// Rows in the state now.
     fn rows_total(&self) -> u64;
+    /// Keeps the state in `store` from now on, starting empty (the runtime restores a
+    /// version next). The default refuses (`ETL435`).
+    fn use_store(&mut self, store: Box<dyn StateStore>) -> Result<()> {
+        drop(store);
+        Err(store_unsupported(
+            self.id(),
+            "it keeps its state in memory only",
+        ))
+    }
+    /// The store its state is in, once [`OperatorState::use_store`] gave it one.
+    fn store(&mut self) -> Option<&mut dyn StateStore> {
+        None
+    }
+}
+
+/// Operator `operator` cannot keep its state in the profile's state store, for `why`
+/// (`ETL435`).
+pub fn store_unsupported(operator: &str, why: impl std::fmt::Display) -> Error {
+    Error::new(
+        &codes::STATE_STORE_UNSUPPORTED,
+        format!("operator `{operator}` cannot keep its state in the profile's state store: {why}"),
+    )
 }
 
 /// The state a snapshot holds is damaged or of another shape than the operator's

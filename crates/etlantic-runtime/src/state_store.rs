@@ -106,9 +106,17 @@ pub struct StoreContext {
 ///   [`StoreContext::memory_limit_bytes`] (data beyond it lives on the working copy's
 ///   disk).
 /// - `scan` visits keys in ascending byte order.
-pub trait StateStore: Send {
+/// - Reads through `&self` may come from several threads at once (an operator may read
+///   while its worker threads hold a shared reference to it), hence `Sync`.
+pub trait StateStore: Send + Sync {
     /// The value of `key`.
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
+
+    /// The values of `keys`, in their order. A store may read them in one pass (the
+    /// default reads them one by one).
+    fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        keys.iter().map(|k| self.get(k)).collect()
+    }
 
     /// Applies `writes`, in order.
     fn write(&mut self, writes: StoreWrites) -> Result<()>;
@@ -129,7 +137,16 @@ pub trait StateStore: Send {
 
     /// The committed versions the checkpoint holds, ascending.
     fn versions(&self) -> Result<Vec<u64>>;
+
+    /// Bytes the store holds in memory now (caches and write buffers); 0 when unknown.
+    fn memory_bytes(&self) -> u64 {
+        0
+    }
 }
+
+/// Versions of a store's state the runtime keeps restorable (older ones are dropped by
+/// [`StateStore::retain`]): as many as it keeps of state held in memory.
+pub const KEPT_STORE_VERSIONS: u64 = crate::checkpoint::records::KEPT_VERSIONS;
 
 /// Creates state stores of one kind.
 ///

@@ -6,17 +6,23 @@
 //! - `join`: bids joined to auctions (inner, on the auction id) — every bid and auction
 //!   held.
 //!
-//! For each query and each size (`--events`, comma-separated; default 1M and 5M, 1M
-//! events per micro-batch) one child process runs the query to the end with
-//! `available_now` and reports: events per CPU-second of the process (≈ per core), peak
-//! resident memory (`VmHWM`), the state write and commit per micro-batch (`commitOffsets`
-//! of the progress records: it waits for the state write) and the bytes the process
-//! wrote per micro-batch (`/proc/self/io` `wchar`, the checkpoint and nothing else here),
-//! the state rows held at the end, and the restart time: a new query on the same
-//! checkpoint restoring that state. A child per measurement keeps peak memory its own.
+//! For each query, each state store (`--stores`, default `memory,disk`) and each size
+//! (`--events`, comma-separated; default 1M and 5M, 1M events per micro-batch) one child
+//! process runs the query to the end with `available_now` and reports: events per
+//! CPU-second of the process (≈ per core), peak resident memory (`VmHWM`), the state
+//! write and commit per micro-batch (`commitOffsets` of the progress records: it waits
+//! for the state write), the bytes the process wrote per micro-batch (`/proc/self/io`
+//! `wchar`: the checkpoint, and for the disk store also its local files), the bytes the
+//! state write added to the checkpoint per micro-batch (the memory store: everything it
+//! wrote; the disk store: `stateStoreBytesCopied`), the state rows held at the end, and
+//! the restart time: a new query on the same checkpoint restoring that state, its local
+//! working copy deleted first (a new machine). A child per measurement keeps peak memory
+//! its own. A query the store refuses (an operator not yet on the disk store) is a row
+//! saying so.
 //!
 //! `cargo xtask bench state` runs it; `--markdown FILE` writes the table;
-//! `--query dedup|join` runs one query.
+//! `--query dedup|join` runs one query; `--memory-limit` sets `state_memory_limit`
+//! (default 256 MB).
 
 mod common;
 
@@ -60,10 +66,26 @@ fn pipeline(query: &str) -> String {
     }
 }
 
-fn profile(query: &str, events: u64, per_batch: u64, sink: &str) -> String {
+/// The profile of one measurement.
+struct Setup<'a> {
+    query: &'a str,
+    store: &'a str,
+    memory_limit: &'a str,
+    events: u64,
+    per_batch: u64,
+}
+
+fn profile(setup: &Setup<'_>, sink: &str) -> String {
+    let Setup {
+        query,
+        store,
+        memory_limit,
+        events,
+        per_batch,
+    } = setup;
     let params = format!("events_per_batch={per_batch}&max_events={events}&start_ms=0");
-    let mut p = format!("apiVersion: etlantic/v1\nkind: Profile\nname: state\nmode: streaming\ntrigger: available_now\ncheckpoint: file://chk\nbindings:\n  bids: nexmark://bids?{params}\n");
-    if query == "join" {
+    let mut p = format!("apiVersion: etlantic/v1\nkind: Profile\nname: state\nmode: streaming\ntrigger: available_now\ncheckpoint: file://chk\nstate_store: {store}\nstate_memory_limit: {memory_limit}\nbindings:\n  bids: nexmark://bids?{params}\n");
+    if *query == "join" {
         p.push_str(&format!("  auctions: nexmark://auctions?{params}\n"));
     }
     p.push_str(&format!("  out: {sink}\n"));
@@ -81,7 +103,8 @@ fn proc_figure(file: &str, key: &str) -> u64 {
 }
 
 /// Runs one measurement in this process and prints it as a JSON line.
-fn child(query: &str, events: u64, per_batch: u64) {
+fn child(setup: &Setup<'_>) {
+    let Setup { query, events, .. } = *setup;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -103,7 +126,7 @@ fn child(query: &str, events: u64, per_batch: u64) {
     std::fs::write(dir.path().join("pipeline.yaml"), pipeline(query)).expect("write");
     std::fs::write(
         dir.path().join("profile.yaml"),
-        profile(query, events, per_batch, &format!("foreach://{name}")),
+        profile(setup, &format!("foreach://{name}")),
     )
     .expect("write");
     let project = Project::load(
@@ -115,8 +138,9 @@ fn child(query: &str, events: u64, per_batch: u64) {
     let plan = etlantic_plan::plan(&project)
         .into_result()
         .expect("the query plans");
-    // Per micro-batch with input: commitOffsets ms, bytes written, state rows.
-    let batches = Arc::new(Mutex::new(Vec::<(f64, u64, u64)>::new()));
+    // Per micro-batch with input: commitOffsets ms, bytes written, state rows, bytes
+    // the state stores copied to the checkpoint.
+    let batches = Arc::new(Mutex::new(Vec::<(f64, u64, u64, u64)>::new()));
     let seen = batches.clone();
     let last_wchar = Arc::new(AtomicU64::new(proc_figure("io", "wchar:")));
     let mut opts = StreamingOptions::new(dir.path(), dir.path().join("chk"));
@@ -126,24 +150,44 @@ fn child(query: &str, events: u64, per_batch: u64) {
             let wrote = now.saturating_sub(last_wchar.swap(now, Ordering::Relaxed));
             let commit = p.duration_ms.get("commitOffsets").copied().unwrap_or(0) as f64;
             let state: u64 = p.state_operators.iter().map(|o| o.num_rows_total).sum();
+            let copied: i64 = p
+                .state_operators
+                .iter()
+                .filter_map(|o| o.custom_metrics.get("stateStoreBytesCopied"))
+                .sum();
             if p.num_input_rows > 0 {
-                seen.lock()
-                    .expect("not poisoned")
-                    .push((commit, wrote, state));
+                seen.lock().expect("not poisoned").push((
+                    commit,
+                    wrote,
+                    state,
+                    copied.max(0) as u64,
+                ));
             }
         },
     ));
     let (c0, w0) = (cpu_seconds(), Instant::now());
-    rt.block_on(async {
-        let mut q = StreamingQuery::start(&plan, opts)
-            .await
-            .expect("the query starts");
+    let started = rt.block_on(async {
+        let mut q = match StreamingQuery::start(&plan, opts).await {
+            Ok(q) => q,
+            Err(e) => return Err(e),
+        };
         q.process_all_available().await.expect("the query runs");
         q.close().await.expect("the query closes");
+        Ok(())
     });
+    if let Err(e) = started {
+        // The store refuses the query (an operator not on it yet): say so.
+        println!(
+            "{}",
+            serde_json::json!({"query": query, "events": events, "refused": e.code(), "why": e.to_string()})
+        );
+        return;
+    }
     let (cpu, wall) = (cpu_seconds() - c0, w0.elapsed().as_secs_f64());
     let peak_kb = proc_figure("status", "VmHWM:");
-    // Restart: a new query on the checkpoint, restoring the state.
+    // Restart on a new machine: a new query on the checkpoint, restoring the state
+    // without the working copy.
+    let _ = std::fs::remove_dir_all(dir.path().join(".etlantic/state"));
     let t = Instant::now();
     rt.block_on(async {
         let opts = StreamingOptions::new(dir.path(), dir.path().join("chk"));
@@ -170,6 +214,9 @@ fn child(query: &str, events: u64, per_batch: u64) {
             "commit_ms_last": last.0,
             "written_mb_mean": b.iter().map(|x| x.1 as f64).sum::<f64>() / n / 1e6,
             "written_mb_last": last.1 as f64 / 1e6,
+            // The memory store's state write is all the process writes.
+            "checkpoint_mb_mean": b.iter().map(|x| if setup.store == "memory" { x.1 } else { x.3 } as f64).sum::<f64>() / n / 1e6,
+            "checkpoint_mb_last": if setup.store == "memory" { last.1 } else { last.3 } as f64 / 1e6,
             "restart_s": restart,
         })
     );
@@ -180,13 +227,28 @@ fn main() {
     let per_batch: u64 = arg(&args, "--per-batch")
         .and_then(|v| v.parse().ok())
         .unwrap_or(1_000_000);
+    // Links the disk state store.
+    std::hint::black_box(&etlantic_rocksdb::DiskStoreProvider);
+    let memory_limit = arg(&args, "--memory-limit").unwrap_or_else(|| "256 MB".into());
     if let Some(query) = arg(&args, "--child") {
         let events = arg(&args, "--events")
             .and_then(|v| v.parse().ok())
             .expect("--events N");
-        child(&query, events, per_batch);
+        let store = arg(&args, "--store").unwrap_or_else(|| "memory".into());
+        child(&Setup {
+            query: &query,
+            store: &store,
+            memory_limit: &memory_limit,
+            events,
+            per_batch,
+        });
         return;
     }
+    let stores: Vec<String> = arg(&args, "--stores")
+        .unwrap_or_else(|| "memory,disk".into())
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .collect();
     let sizes: Vec<u64> = arg(&args, "--events")
         .unwrap_or_else(|| "1000000,5000000".into())
         .split(',')
@@ -198,40 +260,52 @@ fn main() {
     };
     let exe = std::env::current_exe().expect("this program");
     let mut table = format!(
-        "Nexmark events, {per_batch} per micro-batch, no watermark (the state only grows), the memory state store; one process per row. *state write ms*: `commitOffsets` per micro-batch (the wait for the state write, then the commit), mean over the run and the last micro-batch; *MB written*: bytes the process wrote per micro-batch (the checkpoint), mean and last; *restart s*: a new query restoring the final state.\n\n| query | events | state rows | events/s/core | peak RSS MB | state write ms (mean / last) | MB written (mean / last) | restart s |\n|---|---|---|---|---|---|---|---|\n"
+        "Nexmark events, {per_batch} per micro-batch, no watermark (the state only grows); one process per row; the disk store with `state_memory_limit: {memory_limit}`. *state write ms*: `commitOffsets` per micro-batch (the wait for the state write, then the commit), mean over the run and the last micro-batch; *checkpoint MB*: what the state write added to the checkpoint per micro-batch (memory store: all the process wrote; disk store: the SSTs and files its commits copied), mean and last; *MB written*: all bytes the process wrote per micro-batch (for the disk store also RocksDB's local flushes and compactions); *restart s*: a new query restoring the final state from the checkpoint, without a local working copy.\n\n| query | store | events | state rows | events/s/core | peak RSS MB | state write ms (mean / last) | checkpoint MB (mean / last) | MB written (mean / last) | restart s |\n|---|---|---|---|---|---|---|---|---|---|\n"
     );
     for q in &queries {
-        for &n in &sizes {
-            let out = Command::new(&exe)
-                .args(["--child", q, "--events", &n.to_string()])
-                .args(["--per-batch", &per_batch.to_string()])
-                .output()
-                .expect("the child runs");
-            assert!(
-                out.status.success(),
-                "{q} over {n} events failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let line = String::from_utf8_lossy(&out.stdout);
-            let m: serde_json::Value = line
-                .lines()
-                .rev()
-                .find_map(|l| serde_json::from_str(l).ok())
-                .expect("a JSON line");
-            let f = |k: &str| m[k].as_f64().unwrap_or(f64::NAN);
-            let row = format!(
-                "| {q} | {n} | {} | {:.0} | {:.0} | {:.1} / {:.1} | {:.1} / {:.1} | {:.2} |\n",
-                m["state_rows"],
-                f("events_per_cpu_s"),
-                f("peak_rss_mb"),
-                f("commit_ms_mean"),
-                f("commit_ms_last"),
-                f("written_mb_mean"),
-                f("written_mb_last"),
-                f("restart_s"),
-            );
-            print!("{row}");
-            table.push_str(&row);
+        for store in &stores {
+            for &n in &sizes {
+                let out = Command::new(&exe)
+                    .args(["--child", q, "--events", &n.to_string()])
+                    .args(["--per-batch", &per_batch.to_string()])
+                    .args(["--store", store, "--memory-limit", &memory_limit])
+                    .output()
+                    .expect("the child runs");
+                assert!(
+                    out.status.success(),
+                    "{q} over {n} events failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                let line = String::from_utf8_lossy(&out.stdout);
+                let m: serde_json::Value = line
+                    .lines()
+                    .rev()
+                    .find_map(|l| serde_json::from_str(l).ok())
+                    .expect("a JSON line");
+                let f = |k: &str| m[k].as_f64().unwrap_or(f64::NAN);
+                let row = match m.get("refused") {
+                Some(code) => format!(
+                    "| {q} | {store} | {n} | refused at start ({}): {} |||||||\n",
+                    code.as_str().unwrap_or("?"),
+                    m["why"].as_str().unwrap_or("").replace('|', "/")
+                ),
+                None => format!(
+                    "| {q} | {store} | {n} | {} | {:.0} | {:.0} | {:.1} / {:.1} | {:.1} / {:.1} | {:.1} / {:.1} | {:.2} |\n",
+                    m["state_rows"],
+                    f("events_per_cpu_s"),
+                    f("peak_rss_mb"),
+                    f("commit_ms_mean"),
+                    f("commit_ms_last"),
+                    f("checkpoint_mb_mean"),
+                    f("checkpoint_mb_last"),
+                    f("written_mb_mean"),
+                    f("written_mb_last"),
+                    f("restart_s"),
+                ),
+            };
+                print!("{row}");
+                table.push_str(&row);
+            }
         }
     }
     println!("\n{table}");

@@ -44,6 +44,8 @@ pub use etlantic_sources as sources;
 
 #[cfg(feature = "polars")]
 pub use etlantic_polars as polars;
+#[cfg(feature = "disk-state")]
+pub use etlantic_rocksdb as rocksdb;
 #[cfg(feature = "spark")]
 pub use etlantic_spark_compat as spark;
 #[cfg(feature = "sql")]
@@ -72,6 +74,8 @@ pub fn link_plugins() {
     }
     #[cfg(feature = "iceberg")]
     std::hint::black_box(&etlantic_sinks::iceberg::IcebergSinkProvider);
+    #[cfg(feature = "disk-state")]
+    std::hint::black_box(&etlantic_rocksdb::DiskStoreProvider);
     #[cfg(feature = "sql")]
     {
         std::hint::black_box(&etlantic_sources::sql::PostgresSourceProvider);

@@ -75,6 +75,9 @@ catalogue! {
     CONTRACT_DOCUMENT_INVALID = ("ETL010", "contract-document-invalid", Load, Error,
         "A DTCS transformation contract or DPCS pipeline contract failed to parse or to validate.",
         "Fix the document; the message quotes the DTCS or DPCS validator (`etlantic generate dtcs|dpcs` writes valid ones).");
+    BAD_BYTE_SIZE = ("ETL011", "bad-byte-size", Load, Error,
+        "A size in bytes cannot be parsed.",
+        "Write sizes as `<integer> <unit>` with unit B, KB, MB, GB (powers of 1000) or KiB, MiB, GiB (powers of 1024), e.g. `256 MB`.");
 
     // ---- structural ----
     DUPLICATE_ID = ("ETL101", "duplicate-id", Structural, Error,
@@ -218,6 +221,12 @@ catalogue! {
     STATE_INTERVAL_NEEDS_REPLAY = ("ETL433", "state-interval-needs-replay", Streaming, Error,
         "The profile sets `state_checkpoint_interval`, so a restart rebuilds the state by reading committed micro-batches again, which a source that is not replayable cannot give: the rebuilt state would miss their rows.",
         "Remove `state_checkpoint_interval` (the state is then written after every micro-batch), or bind the source to a replayable one.");
+    STATE_STORE_UNKNOWN = ("ETL434", "state-store-unknown", Streaming, Error,
+        "The profile's `state_store` names a state store that is not linked into this program.",
+        "Use `state_store: memory` (the default) or `disk` (RocksDB, linked by the CLI's default `disk-state` feature and the `etlantic-rocksdb` crate).");
+    STATE_STORE_UNSUPPORTED = ("ETL435", "state-store-unsupported", Streaming, Error,
+        "An operator of the query cannot keep its state in the profile's `state_store` (docs/streaming.md lists which operators run on the disk store).",
+        "Run the query with `state_store: memory`, or move the operator to a query of its own.");
 
     // ---- capability ----
     BACKEND_UNSUPPORTED_ACTION = ("ETL501", "backend-unsupported-action", Capability, Error,
@@ -307,6 +316,9 @@ catalogue! {
     CHECKPOINT_LOCKED = ("ETL803", "checkpoint-locked", Checkpoint, Error,
         "Another query is using the checkpoint location.",
         "Stop the other query, or use another checkpoint location.");
+    STATE_STORE_CHANGED = ("ETL804", "state-store-changed", Checkpoint, Error,
+        "The checkpoint's state was written by another state store than the profile's `state_store` names; a store cannot read another's state.",
+        "Set `state_store` back to the store that wrote the checkpoint, or start the query on a new checkpoint location.");
 
     // ---- planning / plans ----
     PLAN_INVALID = ("ETL901", "plan-invalid", Planning, Error,

@@ -441,6 +441,20 @@ impl OperatorState for StatefulUnit {
     fn rows_total(&self) -> u64 {
         self.op.metrics().rows_total
     }
+
+    fn use_store(
+        &mut self,
+        store: Box<dyn etlantic_runtime::state_store::StateStore>,
+    ) -> Result<()> {
+        let id = self.id.clone();
+        self.op
+            .use_store(store)
+            .map_err(|e| e.map_diagnostics(|d| d.at(id.clone())))
+    }
+
+    fn store(&mut self) -> Option<&mut dyn etlantic_runtime::state_store::StateStore> {
+        self.op.store()
+    }
 }
 
 /// What a two-input unit produced in a micro-batch.

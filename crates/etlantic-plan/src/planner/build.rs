@@ -269,6 +269,9 @@ impl Planner<'_> {
                 state_checkpoint_interval: prof
                     .state_checkpoint_interval
                     .filter(|_| mode == ExecutionMode::Streaming),
+                state_store: prof.state_store.clone(),
+                state_memory_limit: prof.state_memory_limit,
+                state_local_dir: prof.state_local_dir.clone(),
                 quality_policies: prof.quality_policies.clone(),
             },
             assets,

@@ -11,6 +11,9 @@
 //!   state-changes/<first version>.log   or only its changes since the previous version
 //!                            written: one record per state write, every operator's
 //!                            changes in it (see state_log)
+//!   state-store/<op>/        operator state kept in a state store other than memory
+//!                            (the profile's `state_store`; its layout is the store's,
+//!                            see `crate::state_store`)
 //!   sources/<n>/             per-source state (e.g. the files a directory stream has seen)
 //!   progress.jsonl           one StreamingQueryProgress per micro-batch (rotated to
 //!                            progress.1.jsonl at 8 MiB, see `ProgressLog`)
@@ -180,6 +183,12 @@ impl Checkpoint {
     /// The directory of source number `n`.
     pub fn source_dir(&self, n: usize) -> PathBuf {
         self.root.join("sources").join(n.to_string())
+    }
+
+    /// Where operator `op` keeps its state when a [`crate::state_store::StateStore`]
+    /// holds it.
+    pub fn state_store_dir(&self, op: &str) -> Arc<dyn Storage> {
+        Arc::new(Sub::new(self.storage.clone(), &format!("state-store/{op}")))
     }
 
     /// The operator state files, as a handle that can be moved to another thread (the

@@ -53,6 +53,14 @@ pub struct Metadata {
     pub compatibility: String,
     /// When the checkpoint was created (UTC ISO-8601).
     pub created_at: String,
+    /// The state store that writes the operators' state (the profile's `state_store`);
+    /// checkpoints written before stores could be chosen hold `memory` state.
+    #[serde(default = "memory_store")]
+    pub state_store: String,
+}
+
+fn memory_store() -> String {
+    etlantic_core::profile::MEMORY_STATE_STORE.into()
 }
 
 /// One source's range in a batch.

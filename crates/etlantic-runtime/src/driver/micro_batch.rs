@@ -159,6 +159,24 @@ impl StreamingQuery {
             ..Default::default()
         };
         progress.state_operators = state;
+        // What the operators' state stores committed (a store's figures, named after
+        // Spark's RocksDB ones: what a commit copied to the checkpoint and what it reused).
+        for op in progress.state_operators.iter_mut() {
+            if let Some((commit, took)) = self.state.store_commits.get(&op.operator_id) {
+                let metrics = &mut op.custom_metrics;
+                let mut put = |name: &str, value: u64| {
+                    metrics.insert(name.to_string(), value.min(i64::MAX as u64) as i64);
+                };
+                put("stateStoreCommitMs", took.as_millis() as u64);
+                put("stateStoreFilesCopied", commit.files_uploaded);
+                put("stateStoreBytesCopied", commit.bytes_uploaded);
+                put(
+                    "stateStoreFilesReused",
+                    commit.files_total.saturating_sub(commit.files_uploaded),
+                );
+                put("stateStoreTotalBytes", commit.bytes_total);
+            }
+        }
         progress.sink = SinkProgress {
             description: self
                 .sinks

@@ -175,6 +175,87 @@ pub(super) fn open_sinks(
     Ok(sinks)
 }
 
+/// Gives every stateful operator of `program` its state store, when the profile's
+/// `state_store` is not `memory`: each operator its own, with a working copy under
+/// `state_local_dir/<query id>/<operator>` and its place in the checkpoint under
+/// `state-store/<operator>`, sharing the query's `state_memory_limit` evenly. A checkpoint
+/// whose state another store wrote is refused (`ETL804`), as is an unknown store
+/// (`ETL434`) and an operator that cannot use it (`ETL435`).
+fn open_state_stores(
+    plan: &PipelinePlan,
+    opts: &StreamingOptions,
+    checkpoint: &Checkpoint,
+    metadata: &Metadata,
+    program: &mut dyn crate::engine::MicroBatchProgram,
+) -> Result<()> {
+    use crate::state_store::{provider, StateStoreRegistration, StoreContext};
+    use etlantic_core::profile::{
+        DEFAULT_STATE_LOCAL_DIR, DEFAULT_STATE_MEMORY_LIMIT, MEMORY_STATE_STORE,
+    };
+    if !program.has_state() {
+        return Ok(());
+    }
+    let wanted = plan.profile.state_store.as_str();
+    if metadata.state_store != wanted {
+        return Err(Diagnostic::new(
+            &codes::STATE_STORE_CHANGED,
+            format!(
+                "checkpoint {} holds state written by the `{}` state store, and the profile's `state_store` is `{wanted}`",
+                opts.checkpoint.display(),
+                metadata.state_store
+            ),
+        )
+        .into());
+    }
+    if wanted == MEMORY_STATE_STORE {
+        return Ok(());
+    }
+    let Some(store_provider) = provider(wanted) else {
+        let mut linked: Vec<&str> = inventory::iter::<StateStoreRegistration>
+            .into_iter()
+            .map(|r| r.0.name())
+            .collect();
+        linked.push(MEMORY_STATE_STORE);
+        linked.sort_unstable();
+        return Err(Diagnostic::new(
+            &codes::STATE_STORE_UNKNOWN,
+            format!(
+                "the profile's `state_store` is `{wanted}`, which is not linked into this program (linked: {})",
+                linked.join(", ")
+            ),
+        )
+        .at("state_store")
+        .into());
+    };
+    let local_root = opts
+        .root
+        .join(
+            plan.profile
+                .state_local_dir
+                .as_deref()
+                .unwrap_or(DEFAULT_STATE_LOCAL_DIR),
+        )
+        .join(&metadata.id);
+    let mut operators = program.operators();
+    let limit = plan
+        .profile
+        .state_memory_limit
+        .unwrap_or(DEFAULT_STATE_MEMORY_LIMIT)
+        .as_bytes();
+    let each = (limit / operators.len().max(1) as u64) as usize;
+    for op in operators.iter_mut() {
+        let id = op.id().to_string();
+        let store = store_provider.open(StoreContext {
+            operator: id.clone(),
+            local_dir: local_root.join(&id),
+            checkpoint: checkpoint.state_store_dir(&id),
+            memory_limit_bytes: each,
+        })?;
+        op.use_store(store)?;
+    }
+    Ok(())
+}
+
 impl StreamingQuery {
     /// Starts (or resumes) a query: opens the checkpoint, creates sources and sinks,
     /// restores state. Nothing is read yet.
@@ -208,6 +289,7 @@ impl StreamingQuery {
                     plan_fingerprint: plan.fingerprint.clone(),
                     compatibility: compat,
                     created_at: Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                    state_store: plan.profile.state_store.clone(),
                 };
                 checkpoint.write_metadata(&m)?;
                 m
@@ -330,6 +412,8 @@ impl StreamingQuery {
             root: &opts.root,
             resolve: &resolve_uri,
         })?;
+        let mut program = program;
+        open_state_stores(plan, &opts, &checkpoint, &metadata, program.as_mut())?;
         let watermark = WatermarkTracker::new(delays, plan.profile.watermark_policy);
         let run_id = uuid::Uuid::new_v4().to_string();
         let scrub = Scrubber::for_plan(plan, opts.resolve.as_ref());

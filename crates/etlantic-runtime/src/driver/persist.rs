@@ -14,6 +14,12 @@
 //! make the version recoverable, so the commit never waits for it. One is in flight at a
 //! time; while one is, the next is skipped and the chain just grows longer.
 //!
+//! An operator that keeps its state in a [`StateStore`](crate::state_store::StateStore)
+//! (the profile's `state_store`) writes nothing of the above: its store commits the
+//! version instead (durable in the checkpoint when `commit` returns, so before the
+//! micro-batch's commit names it), and after the micro-batch commit drops versions older
+//! than the [`KEPT_STORE_VERSIONS`] newest.
+//!
 //! Under a state checkpoint interval (the profile's `state_checkpoint_interval`) only a
 //! micro-batch that comes once the interval has passed writes the state (a restart
 //! rebuilds the rest); the changes of a changelog operator then span every micro-batch
@@ -22,6 +28,7 @@
 use super::{FailPoint, StreamingQuery};
 use crate::checkpoint::state_log::LogEntry;
 use crate::checkpoint::{whole_snapshot_due, CommitEntry, OffsetEntry};
+use crate::state_store::{CommitStats, KEPT_STORE_VERSIONS};
 use arrow::array::RecordBatch;
 use etlantic_core::data::Offset;
 use etlantic_core::diagnostics::{codes, Error, Result};
@@ -53,6 +60,9 @@ pub(super) struct StateWrites {
     changes_since_whole: HashMap<String, u64>,
     /// Whole snapshots of changelog operators being written in the background.
     background: Option<JoinHandle<Result<()>>>,
+    /// What each operator's state store committed in the last micro-batch, and how long
+    /// it took (progress `customMetrics`).
+    pub(super) store_commits: HashMap<String, (CommitStats, std::time::Duration)>,
 }
 
 /// The state write of one micro-batch, under way while the sinks write.
@@ -74,6 +84,7 @@ impl StateWrites {
             written_ms: now_ms,
             changes_since_whole: HashMap::new(),
             background: None,
+            store_commits: HashMap::new(),
         }
     }
 
@@ -140,8 +151,17 @@ impl StreamingQuery {
         let in_background = self.opts.background_snapshots;
         let mut writes_of_ops = Vec::new();
         let mut background = Vec::new();
+        self.state.store_commits.clear();
         for op in self.program.operators() {
             let id = op.id().to_string();
+            if let Some(store) = op.store() {
+                let started = std::time::Instant::now();
+                let stats = store.commit(version)?;
+                self.state
+                    .store_commits
+                    .insert(id, (stats, started.elapsed()));
+                continue;
+            }
             let write = match op.changes()? {
                 Some(changes) => {
                     let changed = self
@@ -240,6 +260,16 @@ impl StreamingQuery {
             )?;
         }
         self.maybe_fail(FailPoint::AfterCommit, batch_id);
+        // The commit names the new version: the oldest ones no restart reads can go.
+        if wrote_state && self.checkpoint.is_some() {
+            if let Some(oldest) = (version + 1).checked_sub(KEPT_STORE_VERSIONS) {
+                for op in self.program.operators() {
+                    if let Some(store) = op.store() {
+                        store.retain(oldest)?;
+                    }
+                }
+            }
+        }
         for (i, s) in self.sources.iter_mut().enumerate() {
             if let Some(end) = entry.sources.get(&s.id).and_then(|r| r.end.clone()) {
                 let end = Offset(end);

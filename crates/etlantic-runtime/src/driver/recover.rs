@@ -64,6 +64,10 @@ impl StreamingQuery {
             };
             self.state.restored(version, written_ms);
             for op in self.program.operators() {
+                if let Some(store) = op.store() {
+                    store.restore((version > 0).then_some(version))?;
+                    continue;
+                }
                 let identity = op.changelog_identity();
                 if let Some(state) = cp.read_state_chain(op.id(), version, identity)? {
                     op.restore(&state)?;

@@ -174,8 +174,15 @@ fn to_batch(schema: &SchemaRef, rows: &[Value]) -> Result<RecordBatch, String> {
         .unwrap_or_else(|| RecordBatch::new_empty(schema.clone())))
 }
 
-/// Runs one scenario file.
+/// Runs one scenario file, the operators' state in memory.
 pub async fn run_scenario(path: &Path) -> ScenarioOutcome {
+    run_scenario_on(path, etlantic_core::profile::MEMORY_STATE_STORE).await
+}
+
+/// Runs one scenario file with the operators' state in `state_store` (the profile's
+/// `state_store`: `memory`, `disk`). A query the store refuses fails with the store's
+/// diagnostic among its problems.
+pub async fn run_scenario_on(path: &Path, state_store: &str) -> ScenarioOutcome {
     let name = path
         .file_stem()
         .and_then(|s| s.to_str())
@@ -186,7 +193,7 @@ pub async fn run_scenario(path: &Path) -> ScenarioOutcome {
         passed: false,
         problems: vec![],
     };
-    match run_inner(path).await {
+    match run_inner(path, state_store).await {
         Ok(problems) => {
             outcome.passed = problems.is_empty();
             outcome.problems = problems;
@@ -196,11 +203,12 @@ pub async fn run_scenario(path: &Path) -> ScenarioOutcome {
     outcome
 }
 
-async fn run_inner(path: &Path) -> Result<Vec<String>, String> {
+async fn run_inner(path: &Path, state_store: &str) -> Result<Vec<String>, String> {
     let s = Scenario::load(path)?;
     let tag = format!("conf_{}_{}", s.name, uuid::Uuid::new_v4().simple());
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let sp = scenario_pipeline(&s, &tag)?;
+    let mut sp = scenario_pipeline(&s, &tag)?;
+    sp.profile.state_store = state_store.to_string();
     let project = Project::from_parts(dir.path(), sp.pipeline.clone(), sp.profile.clone());
     etlantic_datafusion::link();
     let outcome = etlantic_plan::plan(&project);
@@ -373,8 +381,14 @@ fn compare_join_state(batch: usize, ours: &[Value], spark: &[Value]) -> Vec<Stri
     problems
 }
 
-/// Runs every `*.json` scenario of a directory, in name order.
+/// Runs every `*.json` scenario of a directory, in name order, the state in memory.
 pub async fn run_dir(dir: &Path) -> Result<Vec<ScenarioOutcome>, String> {
+    run_dir_on(dir, etlantic_core::profile::MEMORY_STATE_STORE).await
+}
+
+/// Runs every `*.json` scenario of a directory, in name order, with the operators'
+/// state in `state_store`.
+pub async fn run_dir_on(dir: &Path, state_store: &str) -> Result<Vec<ScenarioOutcome>, String> {
     let mut paths: Vec<_> = std::fs::read_dir(dir)
         .map_err(|e| format!("{}: {e}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -383,7 +397,7 @@ pub async fn run_dir(dir: &Path) -> Result<Vec<ScenarioOutcome>, String> {
     paths.sort();
     let mut out = Vec::new();
     for p in paths {
-        out.push(run_scenario(&p).await);
+        out.push(run_scenario_on(&p, state_store).await);
     }
     Ok(out)
 }

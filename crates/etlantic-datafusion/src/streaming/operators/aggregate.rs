@@ -3,8 +3,11 @@
 //! ([`input`]), then windows the watermark closed are emitted and evicted.
 
 mod input;
+mod stored;
 #[cfg(test)]
 mod tests;
+
+use stored::StoredGroups;
 
 use super::*;
 
@@ -81,6 +84,9 @@ pub struct AggregateOperator {
     ttl_removed: u64,
     /// The processing time of the micro-batch being processed (epoch ms).
     now_ms: i64,
+    /// The groups, when a state store holds them (`store` then holds only those a
+    /// micro-batch touches, while it runs).
+    stored: Option<StoredGroups>,
 }
 
 fn key_fields(layout: &AggregateLayout) -> Vec<Field> {
@@ -121,6 +127,7 @@ impl AggregateOperator {
             ttl: None,
             ttl_removed: 0,
             now_ms: 0,
+            stored: None,
         })
     }
 
@@ -239,7 +246,9 @@ impl StatefulOperator for AggregateOperator {
         let now_ms = ctx.processing_time_ms;
         self.now_ms = now_ms;
         // Groups whose TTL ran out are gone before the input is applied.
-        self.ttl_removed = self.expire_ttl(now_ms);
+        self.load_expiring(now_ms)?;
+        let expired = self.expire_ttl(now_ms);
+        self.ttl_removed = expired.0;
         let session = matches!(self.geometry(), Some(Geometry::Session(_)));
         let late = if session {
             let mut late = Vec::new();
@@ -274,6 +283,8 @@ impl StatefulOperator for AggregateOperator {
         }
 
         // Emit and evict.
+        self.load_for_output(ctx)?;
+        let mut removed = Vec::new();
         let evicted = match ctx.output_mode {
             OutputMode::Complete => {
                 let batch = self.emit(&self.all_groups())?;
@@ -291,34 +302,117 @@ impl StatefulOperator for AggregateOperator {
                 };
                 let batch = self.emit(&changed)?;
                 out.rows.push(batch);
-                self.evict(ctx, session).len()
+                let evicted = self.evict(ctx, session);
+                let n = evicted.len();
+                removed.push(evicted);
+                n
             }
             OutputMode::Append => {
                 let evicted = self.evict(ctx, session);
                 let mut refs: Vec<GroupRef<'_>> = Vec::with_capacity(evicted.len());
                 refs.extend(evicted.groups());
                 out.rows.push(self.emit(&refs)?);
-                refs.len()
+                let n = refs.len();
+                drop(refs);
+                removed.push(evicted);
+                n
             }
         };
+        if self.stored.is_some() {
+            removed.push(Evicted::Windows(expired.1, self.store.width()));
+            let gone: Vec<stored::Removed> = removed
+                .iter()
+                .flat_map(Evicted::groups)
+                .map(|g| stored::Removed {
+                    start: g.start,
+                    key: g.key.as_ref().to_vec(),
+                    event_key: g.event_key,
+                })
+                .collect();
+            self.write_back(&gone, ctx)?;
+        }
         self.store.clear_updated();
         for list in self.sessions.values_mut() {
             for g in list.iter_mut() {
                 g.updated = false;
             }
         }
-        let after = self.state_rows();
+        let after = match &self.stored {
+            Some(stored) => stored.count()?,
+            None => self.state_rows(),
+        };
         self.metrics = StateMetrics {
             rows_total: after,
             rows_updated: updated,
             rows_removed: evicted as u64 + self.ttl_removed,
-            memory_bytes: self.memory_bytes(),
+            memory_bytes: match &self.stored {
+                Some(stored) => stored.store.memory_bytes(),
+                None => self.memory_bytes(),
+            },
         };
         Ok(out)
     }
 
     fn snapshot(&self) -> Result<RecordBatch> {
-        let groups = self.all_groups();
+        if let Some(stored) = &self.stored {
+            let all = self.stored_groups(stored)?;
+            let groups: Vec<GroupRef<'_>> = all.groups().collect();
+            return self.snapshot_of(&groups);
+        }
+        self.snapshot_of(&self.all_groups())
+    }
+
+    fn restore(&mut self, state: &RecordBatch) -> Result<()> {
+        self.restore_in_memory(state)?;
+        if self.stored.is_some() {
+            self.replace_stored()?;
+        }
+        Ok(())
+    }
+
+    fn use_store(&mut self, store: Box<dyn StateStore>) -> Result<()> {
+        if matches!(self.geometry(), Some(Geometry::Session(_))) {
+            return Err(store_unsupported(
+                self.name(),
+                "session windows keep their state in memory only (docs/streaming.md)",
+            ));
+        }
+        self.store.clear();
+        self.stored = Some(StoredGroups::new(store));
+        Ok(())
+    }
+
+    fn store(&mut self) -> Option<&mut dyn StateStore> {
+        self.stored
+            .as_mut()
+            .map(|s| s.store.as_mut() as &mut dyn StateStore)
+    }
+
+    fn metrics(&self) -> StateMetrics {
+        self.metrics
+    }
+
+    /// Complete mode never evicts or emits on a watermark advance alone.
+    fn needs_no_data_batch(&self, mode: OutputMode) -> bool {
+        mode != OutputMode::Complete
+    }
+
+    fn set_state_ttl(&mut self, ttl: etlantic_core::streaming::Duration) -> Result<()> {
+        self.ttl = Some(StateTtl::new(ttl)?);
+        Ok(())
+    }
+
+    fn custom_metrics(&self) -> Vec<(&'static str, u64)> {
+        match self.ttl {
+            Some(_) => vec![(ROWS_REMOVED_BY_TTL, self.ttl_removed)],
+            None => vec![],
+        }
+    }
+}
+
+impl AggregateOperator {
+    /// The snapshot of `groups` (see [`StatefulOperator::snapshot`]).
+    fn snapshot_of(&self, groups: &[GroupRef<'_>]) -> Result<RecordBatch> {
         let mut fields = vec![
             Field::new("__start", DataType::Int64, false),
             Field::new("__end", DataType::Int64, false),
@@ -355,7 +449,8 @@ impl StatefulOperator for AggregateOperator {
         RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).map_err(Error::engine)
     }
 
-    fn restore(&mut self, state: &RecordBatch) -> Result<()> {
+    /// Replaces the in-memory groups with a snapshot.
+    fn restore_in_memory(&mut self, state: &RecordBatch) -> Result<()> {
         const OP: &str = "aggregation";
         let col = |name: &str| {
             state
@@ -419,27 +514,6 @@ impl StatefulOperator for AggregateOperator {
         }
         Ok(())
     }
-
-    fn metrics(&self) -> StateMetrics {
-        self.metrics
-    }
-
-    /// Complete mode never evicts or emits on a watermark advance alone.
-    fn needs_no_data_batch(&self, mode: OutputMode) -> bool {
-        mode != OutputMode::Complete
-    }
-
-    fn set_state_ttl(&mut self, ttl: etlantic_core::streaming::Duration) -> Result<()> {
-        self.ttl = Some(StateTtl::new(ttl)?);
-        Ok(())
-    }
-
-    fn custom_metrics(&self) -> Vec<(&'static str, u64)> {
-        match self.ttl {
-            Some(_) => vec![(ROWS_REMOVED_BY_TTL, self.ttl_removed)],
-            None => vec![],
-        }
-    }
 }
 
 /// Groups taken out of the state by an eviction: whole windows of the store, or
@@ -502,9 +576,12 @@ impl AggregateOperator {
         (self.store.len() + self.sessions.values().map(Vec::len).sum::<usize>()) as u64
     }
 
-    /// Evicts the groups whose TTL ran out at `now_ms`; returns how many.
-    fn expire_ttl(&mut self, now_ms: i64) -> u64 {
-        let Some(ttl) = self.ttl else { return 0 };
+    /// Evicts the groups whose TTL ran out at `now_ms`; returns how many, and those of
+    /// the window store.
+    fn expire_ttl(&mut self, now_ms: i64) -> (u64, Vec<(i64, Bucket)>) {
+        let Some(ttl) = self.ttl else {
+            return (0, Vec::new());
+        };
         let mut removed = 0u64;
         for list in self.sessions.values_mut() {
             let before = list.len();
@@ -516,7 +593,7 @@ impl AggregateOperator {
             .store
             .remove_where(&self.keys, |g| ttl.expired(g.updated_ms, now_ms));
         removed += gone.iter().map(|(_, b)| b.len() as u64).sum::<u64>();
-        removed
+        (removed, gone)
     }
 
     fn memory_bytes(&self) -> u64 {

@@ -6,19 +6,24 @@
 //! whole state, so the checkpoint cost of a dedup over ever more keys follows the keys
 //! that arrive, not those held (a whole snapshot is written now and then, in the
 //! background, see `etlantic_runtime::checkpoint`).
+//!
+//! Given a state store ([`StatefulOperator::use_store`]), the keys live there instead
+//! (see [`super::dedup_store`]): a micro-batch reads only the keys of its rows, in one
+//! pass, and writes those it adds.
 
+use super::dedup_store::StoredKeys;
 use super::*;
 use arrow::array::BinaryArray;
 use etlantic_runtime::checkpoint::{changes_batch, removed_rows};
 
 /// What the state keeps of one key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct Seen {
+pub(super) struct Seen {
     /// Event time (µs) of the first occurrence, or its expiry in within-watermark mode;
     /// `None` when the key carries no event time.
-    value: Option<i64>,
+    pub(super) value: Option<i64>,
     /// Processing time (epoch ms) it was first seen, for the TTL.
-    first_seen_ms: Option<i64>,
+    pub(super) first_seen_ms: Option<i64>,
 }
 
 /// Deduplication: Spark's `dropDuplicates(keys)` (with or without a watermark) and
@@ -31,8 +36,11 @@ pub struct DedupOperator {
     time_column: Option<String>,
     /// `Some(delay µs)`: within-watermark mode (state expires at first event time + delay).
     within_delay_us: Option<i64>,
-    /// Row-encoded key → what is kept of it. One map, the key stored once.
+    /// Row-encoded key → what is kept of it. One map, the key stored once. Empty when
+    /// the keys are in a store (`stored`).
     seen: HashMap<Box<[u8]>, Seen>,
+    /// The keys, when a state store holds them.
+    stored: Option<StoredKeys>,
     /// Keys added since the last [`StatefulOperator::changes`] (some may have left
     /// again: they are then in `gone` too).
     added: Vec<Box<[u8]>>,
@@ -84,6 +92,7 @@ impl DedupOperator {
             time_column,
             within_delay_us,
             seen: HashMap::default(),
+            stored: None,
             added: Vec::new(),
             gone: Vec::new(),
             ttl: None,
@@ -124,6 +133,14 @@ impl DedupOperator {
         .map_err(Error::engine)
     }
 
+    /// Keys held now.
+    fn held(&self) -> Result<u64> {
+        match &self.stored {
+            Some(stored) => stored.count(),
+            None => Ok(self.seen.len() as u64),
+        }
+    }
+
     /// Forgets the keys `drop` selects, noting them for the changelog; returns how many.
     fn forget(&mut self, mut drop: impl FnMut(&Seen) -> bool) -> u64 {
         let before = self.seen.len();
@@ -155,14 +172,21 @@ impl StatefulOperator for DedupOperator {
     fn process(&mut self, input: &[RecordBatch], ctx: &OpContext) -> Result<OpOutput> {
         let mut out = OpOutput::default();
         let mut late_batches = Vec::new();
-        let mut updated = 0;
         let now_ms = ctx.processing_time_ms;
+        let name = self.name();
         // Keys whose TTL ran out are forgotten before the input is checked.
         self.ttl_removed = match self.ttl {
-            Some(ttl) => self.forget(|s| ttl.expired(s.first_seen_ms, now_ms)),
             None => 0,
+            Some(ttl) => match self.stored.as_mut() {
+                Some(stored) => stored.forget_by_ttl(now_ms.saturating_sub(ttl.millis()), name)?,
+                None => self.forget(|s| ttl.expired(s.first_seen_ms, now_ms)),
+            },
         };
-        let before = self.seen.len() as u64;
+        let held_before = self.held()?;
+        // Keys a store does not hold yet that this micro-batch adds, in arrival order.
+        let mut added: Vec<(Box<[u8]>, Seen)> = Vec::new();
+        let mut added_keys: std::collections::HashSet<Box<[u8]>, foldhash::fast::RandomState> =
+            Default::default();
         for (batch_index, batch) in input.iter().enumerate().filter(|(_, b)| b.num_rows() > 0) {
             let cols: Vec<ArrayRef> = self
                 .keys
@@ -186,40 +210,79 @@ impl StatefulOperator for DedupOperator {
                 )?),
                 _ => None,
             };
-            let mut keep = Vec::with_capacity(batch.num_rows());
+            let mut keep = vec![false; batch.num_rows()];
             let mut late = Vec::new();
+            // Rows on time, with the value their key would keep.
+            let mut on_time: Vec<(usize, Option<i64>)> = Vec::with_capacity(batch.num_rows());
             for i in 0..batch.num_rows() {
                 let ts = times
                     .as_ref()
                     .and_then(|t| t.is_valid(i).then(|| t.value(i)));
                 if let Some(ts) = ts {
                     if !ctx.accept_late && ts <= ctx.late_watermark_us {
-                        keep.push(false);
                         late.push(i as u32);
                         continue;
                     }
-                }
-                let row = rows.row(i);
-                let key = row.as_ref();
-                if self.seen.contains_key(key) {
-                    keep.push(false);
-                    continue;
                 }
                 let value = match self.within_delay_us {
                     Some(d) => ts.map(|t| t + d),
                     None => ts,
                 };
-                let key: Box<[u8]> = key.into();
-                self.added.push(key.clone());
-                self.seen.insert(
-                    key,
-                    Seen {
-                        value,
-                        first_seen_ms: Some(now_ms),
-                    },
-                );
-                updated += 1;
-                keep.push(true);
+                on_time.push((i, value));
+            }
+            let first_seen_ms = Some(now_ms);
+            match self.stored.as_ref() {
+                None => {
+                    for (i, value) in on_time {
+                        let key = rows.row(i).data();
+                        if self.seen.contains_key(key) {
+                            continue;
+                        }
+                        let key: Box<[u8]> = key.into();
+                        self.added.push(key.clone());
+                        self.seen.insert(
+                            key,
+                            Seen {
+                                value,
+                                first_seen_ms,
+                            },
+                        );
+                        keep[i] = true;
+                    }
+                }
+                Some(stored) => {
+                    // The store is asked once for the distinct keys of the batch that
+                    // this micro-batch has not added already.
+                    let mut asked: std::collections::HashSet<&[u8], foldhash::fast::RandomState> =
+                        Default::default();
+                    let lookup: Vec<&[u8]> = on_time
+                        .iter()
+                        .map(|(i, _)| rows.row(*i).data())
+                        .filter(|k| !added_keys.contains(*k) && asked.insert(*k))
+                        .collect();
+                    let held = stored.held(&lookup)?;
+                    let held: std::collections::HashSet<&[u8], foldhash::fast::RandomState> =
+                        lookup
+                            .iter()
+                            .zip(held)
+                            .filter_map(|(k, h)| h.then_some(*k))
+                            .collect();
+                    for (i, value) in on_time {
+                        let key = rows.row(i).data();
+                        if held.contains(key) || added_keys.contains(key) {
+                            continue;
+                        }
+                        added_keys.insert(key.into());
+                        added.push((
+                            key.into(),
+                            Seen {
+                                value,
+                                first_seen_ms,
+                            },
+                        ));
+                        keep[i] = true;
+                    }
+                }
             }
             if !late.is_empty() {
                 out.late_count += late.len() as u64;
@@ -244,27 +307,44 @@ impl StatefulOperator for DedupOperator {
                     .map_err(Error::engine)?,
             );
         }
+        let updated = match self.stored.as_mut() {
+            Some(stored) => {
+                stored.add(&added, held_before + added.len() as u64)?;
+                added.len() as u64
+            }
+            None => self.seen.len() as u64 - held_before,
+        };
+        let mut evicted = 0;
         if ctx.has_watermark && self.evictable() {
             let wm = ctx.evict_watermark_us;
-            self.forget(|s| s.value.is_some_and(|t| t <= wm));
+            evicted = match self.stored.as_mut() {
+                Some(stored) => stored.forget_by_watermark(wm, name)?,
+                None => self.forget(|s| s.value.is_some_and(|t| t <= wm)),
+            };
         }
-        let after = self.seen.len() as u64;
         self.metrics = StateMetrics {
-            rows_total: after,
+            rows_total: self.held()?,
             rows_updated: updated,
-            rows_removed: (before + updated).saturating_sub(after) + self.ttl_removed,
-            // The key, its box (pointer and length), the entry and the table's control
-            // byte.
-            memory_bytes: self
-                .seen
-                .keys()
-                .map(|k| (k.len() + 16 + std::mem::size_of::<Seen>() + 1) as u64)
-                .sum(),
+            rows_removed: evicted + self.ttl_removed,
+            memory_bytes: match &self.stored {
+                Some(stored) => stored.store.memory_bytes(),
+                // The key, its box (pointer and length), the entry and the table's
+                // control byte.
+                None => self
+                    .seen
+                    .keys()
+                    .map(|k| (k.len() + 16 + std::mem::size_of::<Seen>() + 1) as u64)
+                    .sum(),
+            },
         };
         Ok(out)
     }
 
     fn snapshot(&self) -> Result<RecordBatch> {
+        if let Some(stored) = &self.stored {
+            let entries = stored.all(self.name())?;
+            return Self::state_rows(entries.iter().map(|(k, s)| (&**k, *s)));
+        }
         let mut entries: Vec<(&[u8], Seen)> = self.seen.iter().map(|(k, s)| (&**k, *s)).collect();
         entries.sort_unstable();
         Self::state_rows(entries.into_iter())
@@ -276,6 +356,20 @@ impl StatefulOperator for DedupOperator {
         let values: Int64Array = state_column(state, VALUE, OP)?;
         let first_seen: Int64Array = state_column(state, UPDATED_COLUMN, OP)?;
         let at = |a: &Int64Array, i: usize| a.is_valid(i).then(|| a.value(i));
+        if let Some(stored) = self.stored.as_mut() {
+            let entries: Vec<(Box<[u8]>, Seen)> = (0..state.num_rows())
+                .map(|i| {
+                    (
+                        keys.value(i).into(),
+                        Seen {
+                            value: at(&values, i),
+                            first_seen_ms: at(&first_seen, i),
+                        },
+                    )
+                })
+                .collect();
+            return stored.replace(&entries);
+        }
         self.seen = (0..state.num_rows())
             .map(|i| {
                 (
@@ -298,6 +392,9 @@ impl StatefulOperator for DedupOperator {
 
     /// The keys added since the last call that are still held, and those that left.
     fn changes(&mut self) -> Result<Option<RecordBatch>> {
+        if self.stored.is_some() {
+            return Ok(None);
+        }
         let added = std::mem::take(&mut self.added);
         let gone = std::mem::take(&mut self.gone);
         let mut held: Vec<(&[u8], Seen)> = added
@@ -324,7 +421,28 @@ impl StatefulOperator for DedupOperator {
 
     fn set_state_ttl(&mut self, ttl: etlantic_core::streaming::Duration) -> Result<()> {
         self.ttl = Some(StateTtl::new(ttl)?);
+        if let Some(stored) = self.stored.as_mut() {
+            stored.by_first_seen = true;
+        }
         Ok(())
+    }
+
+    fn use_store(&mut self, store: Box<dyn StateStore>) -> Result<()> {
+        self.seen.clear();
+        self.added.clear();
+        self.gone.clear();
+        self.stored = Some(StoredKeys {
+            store,
+            by_event_time: self.evictable(),
+            by_first_seen: self.ttl.is_some(),
+        });
+        Ok(())
+    }
+
+    fn store(&mut self) -> Option<&mut dyn StateStore> {
+        self.stored
+            .as_mut()
+            .map(|s| s.store.as_mut() as &mut dyn StateStore)
     }
 
     fn custom_metrics(&self) -> Vec<(&'static str, u64)> {
@@ -421,5 +539,129 @@ mod tests {
         assert_eq!(restored.snapshot().unwrap(), op.snapshot().unwrap());
         let nothing = restored.changes().unwrap().unwrap();
         assert_eq!(nothing.num_rows(), 0);
+    }
+
+    /// A dedup on the disk store (RocksDB) emits what the memory one emits and holds the
+    /// same keys after every micro-batch — on time, late, within the watermark, TTL —
+    /// and a store restored from its checkpoint on another working copy goes on alike.
+    #[test]
+    fn on_the_disk_store_it_behaves_like_in_memory() {
+        use etlantic_runtime::state_store::{StateStoreProvider, StoreContext};
+        let dir = tempfile::tempdir().unwrap();
+        // The working copy `local`, the checkpoint `checkpoint`.
+        let store = |local: &str, checkpoint: &str| {
+            etlantic_rocksdb::DiskStoreProvider
+                .open(StoreContext {
+                    operator: "t.0".into(),
+                    local_dir: dir.path().join(local),
+                    checkpoint: etlantic_core::storage::open(&dir.path().join(checkpoint)),
+                    memory_limit_bytes: 16 << 20,
+                })
+                .unwrap()
+        };
+        let make = |within: Option<i64>| {
+            let mut op = DedupOperator::new(
+                batch(&[]).schema(),
+                vec!["k".into()],
+                Some("ts".into()),
+                within,
+            )
+            .unwrap();
+            op.set_state_ttl("30 seconds".parse().unwrap()).unwrap();
+            op
+        };
+        type Step = (Vec<(i64, i64)>, i64, i64, i64);
+        let steps: Vec<Step> = vec![
+            (
+                vec![(1, 100), (2, 101), (1, 102), (3, 103), (1, 100)],
+                0,
+                90,
+                0,
+            ),
+            (
+                vec![(2, 104), (4, 105), (5, 106), (1, 100), (6, 95)],
+                90,
+                95,
+                1_000,
+            ),
+            (vec![(6, 121), (2, 101)], 95, 112, 2_000),
+            (
+                vec![(1, 120), (7, 113), (8, 130), (7, 113)],
+                112,
+                125,
+                3_000,
+            ),
+            (vec![(1, 131), (9, 132), (8, 130)], 125, 127, 34_000),
+            (vec![], 127, 127, 40_000),
+            (vec![(9, 132), (10, 200)], 127, 190, 41_000),
+        ];
+        let rows = |out: &OpOutput| -> Vec<(i64, i64)> {
+            out.rows
+                .iter()
+                .flat_map(|b| {
+                    let k = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+                    let ts = b
+                        .column(1)
+                        .as_any()
+                        .downcast_ref::<TimestampMicrosecondArray>()
+                        .unwrap();
+                    (0..b.num_rows())
+                        .map(|i| (k.value(i), ts.value(i) / SEC))
+                        .collect::<Vec<_>>()
+                })
+                .collect()
+        };
+        for within in [Some(10 * SEC), None] {
+            let mut memory = make(within);
+            let mut disk = make(within);
+            let checkpoint = format!("checkpoint-{within:?}");
+            disk.use_store(store(&format!("a{within:?}"), &checkpoint))
+                .unwrap();
+            for (n, (input, late, evict, now)) in steps.iter().enumerate() {
+                let ctx = ctx(*late, *evict, *now);
+                let want = memory.process(&[batch(input)], &ctx).unwrap();
+                let got = disk.process(&[batch(input)], &ctx).unwrap();
+                assert_eq!(rows(&got), rows(&want), "{within:?} step {n}: rows");
+                assert_eq!(got.late_count, want.late_count, "{within:?} step {n}: late");
+                assert_eq!(
+                    disk.snapshot().unwrap(),
+                    memory.snapshot().unwrap(),
+                    "{within:?} step {n}: state"
+                );
+                let (m, d) = (memory.metrics(), disk.metrics());
+                assert_eq!(
+                    (d.rows_total, d.rows_updated, d.rows_removed),
+                    (m.rows_total, m.rows_updated, m.rows_removed),
+                    "{within:?} step {n}: metrics"
+                );
+                assert_eq!(disk.custom_metrics(), memory.custom_metrics());
+                disk.store().unwrap().commit(n as u64 + 1).unwrap();
+            }
+            // Another machine: a fresh working copy restores version 4 from the
+            // checkpoint and runs steps 4.. again.
+            let mut moved = make(within);
+            moved
+                .use_store(store(&format!("b{within:?}"), &checkpoint))
+                .unwrap();
+            moved.store().unwrap().restore(Some(4)).unwrap();
+            let mut again = make(within);
+            for (input, late, evict, now) in &steps[..4] {
+                again
+                    .process(&[batch(input)], &ctx(*late, *evict, *now))
+                    .unwrap();
+            }
+            assert_eq!(moved.snapshot().unwrap(), again.snapshot().unwrap());
+            for (n, (input, late, evict, now)) in steps.iter().enumerate().skip(4) {
+                let ctx = ctx(*late, *evict, *now);
+                let want = again.process(&[batch(input)], &ctx).unwrap();
+                let got = moved.process(&[batch(input)], &ctx).unwrap();
+                assert_eq!(rows(&got), rows(&want), "{within:?} restored, step {n}");
+            }
+            assert_eq!(moved.snapshot().unwrap(), again.snapshot().unwrap());
+            assert!(
+                moved.changes().unwrap().is_none(),
+                "a store keeps no changelog"
+            );
+        }
     }
 }

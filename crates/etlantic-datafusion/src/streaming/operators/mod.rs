@@ -20,6 +20,7 @@
 
 mod aggregate;
 mod dedup;
+mod dedup_store;
 
 pub use aggregate::{AggregateLayout, AggregateOperator, Geometry};
 pub use dedup::DedupOperator;
@@ -91,8 +92,9 @@ pub struct PairOutput {
     pub duplicates: [Option<RecordBatch>; 2],
 }
 
-pub use etlantic_runtime::engine::{corrupt_state, state_column};
+pub use etlantic_runtime::engine::{corrupt_state, state_column, store_unsupported};
 pub use etlantic_runtime::progress::StateMetrics;
+pub use etlantic_runtime::state_store::StateStore;
 pub use etlantic_runtime::watermark::micros;
 
 /// A stateful operator of the streaming runtime.
@@ -173,6 +175,20 @@ pub trait StatefulOperator: Send {
     /// Operator-specific figures of the last micro-batch (progress `customMetrics`).
     fn custom_metrics(&self) -> Vec<(&'static str, u64)> {
         vec![]
+    }
+    /// Keeps the state in `store` from now on, starting empty (see
+    /// [`etlantic_runtime::engine::OperatorState::use_store`]). Operators that keep their
+    /// state in memory only keep the default, which refuses (`ETL435`).
+    fn use_store(&mut self, store: Box<dyn StateStore>) -> Result<()> {
+        drop(store);
+        Err(store_unsupported(
+            self.name(),
+            "it keeps its state in memory only (docs/streaming.md lists the operators that run on a state store)",
+        ))
+    }
+    /// The store its state is in, once [`StatefulOperator::use_store`] gave it one.
+    fn store(&mut self) -> Option<&mut dyn StateStore> {
+        None
     }
     /// Called when the query stops.
     fn close(&mut self) -> Result<()> {

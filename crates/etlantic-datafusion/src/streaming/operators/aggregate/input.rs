@@ -78,7 +78,7 @@ pub(super) struct Piece {
 /// flat: group `g`'s are `accs[g * n..][..n]` for `n` aggregates.
 pub(super) struct BatchGroups {
     late: Vec<(usize, Vec<u32>)>,
-    groups: Vec<ArrayRef>,
+    pub(super) groups: Vec<ArrayRef>,
     accs: Vec<Acc>,
 }
 
@@ -221,9 +221,12 @@ impl AggregateOperator {
                 all
             })
         };
+        let grouped = grouped.into_iter().collect::<Result<Vec<_>>>()?;
+        if self.stored.is_some() {
+            self.load_batch_groups(&grouped)?;
+        }
         let mut late: Vec<(usize, Vec<u32>)> = Vec::new();
         for g in grouped {
-            let g = g?;
             for (b, rows) in g.late {
                 match late.last_mut() {
                     Some((last, acc)) if *last == b => acc.extend(rows),

@@ -58,6 +58,11 @@ fn input(n: usize) -> RecordBatch {
 }
 
 fn operator(geometry: Geometry) -> AggregateOperator {
+    windowed(Some(geometry))
+}
+
+/// The test aggregation with `geometry`, or a plain group-by without one.
+fn windowed(geometry: Option<Geometry>) -> AggregateOperator {
     let spec = |name: &str, func| AggSpec {
         name: name.into(),
         func,
@@ -71,10 +76,12 @@ fn operator(geometry: Geometry) -> AggregateOperator {
             spec("first", AggFunc::First),
             spec("last", AggFunc::Last),
         ],
-        window: Some((
-            geometry,
-            DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, Some("UTC".into())),
-        )),
+        window: geometry.map(|g| {
+            (
+                g,
+                DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, Some("UTC".into())),
+            )
+        }),
         event_time_key: None,
     })
     .unwrap()
@@ -243,4 +250,146 @@ fn restoring_state_of_another_shape_is_etl801_not_a_panic() {
     let mut dedup = DedupOperator::new(batch.schema(), vec!["k".into()], None, None).unwrap();
     let err = dedup.restore(&snap).unwrap_err();
     assert_eq!(err.code(), "ETL801", "{err}");
+}
+
+/// On the disk store (RocksDB) the aggregation emits what it emits in memory, and holds
+/// the same groups after every micro-batch: tumbling and sliding windows and a plain
+/// group-by, in every output mode, with a state TTL, over micro-batches whose watermark
+/// closes windows; and a store restored on another working copy goes on alike.
+#[test]
+fn on_the_disk_store_it_behaves_like_in_memory() {
+    use etlantic_runtime::state_store::{StateStoreProvider, StoreContext};
+    let dir = tempfile::tempdir().unwrap();
+    let open = |local: String, checkpoint: &str| {
+        etlantic_rocksdb::DiskStoreProvider
+            .open(StoreContext {
+                operator: "t.0".into(),
+                local_dir: dir.path().join(local),
+                checkpoint: etlantic_core::storage::open(&dir.path().join(checkpoint)),
+                memory_limit_bytes: 16 << 20,
+            })
+            .unwrap()
+    };
+    let all = input(3000);
+    let slices: Vec<RecordBatch> = (0..6).map(|i| all.slice(i * 500, 500)).collect();
+    let sorted_rows = |out: &OpOutput| -> Vec<String> {
+        let mut rows: Vec<String> = out
+            .rows
+            .iter()
+            .flat_map(|b| {
+                (0..b.num_rows())
+                    .map(|i| {
+                        (0..b.num_columns())
+                            .map(|c| {
+                                arrow::util::display::array_value_to_string(b.column(c), i).unwrap()
+                            })
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        rows.sort();
+        rows
+    };
+    let kinds = [
+        ("tumbling", Some(Geometry::Tumbling(10 * SEC))),
+        ("sliding", Some(Geometry::Sliding(20 * SEC, 5 * SEC))),
+        ("plain", None),
+    ];
+    for (kind, geometry) in kinds {
+        for mode in [OutputMode::Append, OutputMode::Update, OutputMode::Complete] {
+            if kind == "plain" && mode == OutputMode::Append {
+                continue;
+            }
+            for ttl in [None, Some("2 seconds")] {
+                let label = format!("{kind} {mode:?} ttl {ttl:?}");
+                let checkpoint = format!("checkpoint-{kind}-{mode:?}-{ttl:?}");
+                let build = || {
+                    let mut op = windowed(geometry);
+                    if let Some(t) = ttl {
+                        op.set_state_ttl(t.parse().unwrap()).unwrap();
+                    }
+                    op
+                };
+                let mut memory = build();
+                let mut disk = build();
+                disk.use_store(open(format!("a-{checkpoint}"), &checkpoint))
+                    .unwrap();
+                let ctx = |n: usize| OpContext {
+                    late_watermark_us: (n as i64 * 30 - 40) * SEC,
+                    evict_watermark_us: (n as i64 * 30 - 10) * SEC,
+                    has_watermark: true,
+                    output_mode: mode,
+                    accept_late: false,
+                    processing_time_ms: n as i64 * 1000,
+                };
+                for (n, slice) in slices.iter().enumerate() {
+                    let want = memory
+                        .process(std::slice::from_ref(slice), &ctx(n))
+                        .unwrap();
+                    let got = disk.process(std::slice::from_ref(slice), &ctx(n)).unwrap();
+                    assert_eq!(sorted_rows(&got), sorted_rows(&want), "{label}: batch {n}");
+                    assert_eq!(got.late_count, want.late_count, "{label}: batch {n}");
+                    let (m, d) = (memory.metrics(), disk.metrics());
+                    assert_eq!(
+                        (d.rows_total, d.rows_updated, d.rows_removed),
+                        (m.rows_total, m.rows_updated, m.rows_removed),
+                        "{label}: batch {n}"
+                    );
+                    // Snapshots list groups in another order: compare them sorted.
+                    let snap = |op: &AggregateOperator| {
+                        let s = op.snapshot().unwrap();
+                        let mut out = sorted_rows(&OpOutput {
+                            rows: vec![s],
+                            ..Default::default()
+                        });
+                        out.sort();
+                        out
+                    };
+                    assert_eq!(snap(&disk), snap(&memory), "{label}: state after {n}");
+                    disk.store().unwrap().commit(n as u64 + 1).unwrap();
+                }
+                // Another machine restores version 3 and runs batches 3.. again.
+                let mut moved = build();
+                moved
+                    .use_store(open(format!("b-{checkpoint}"), &checkpoint))
+                    .unwrap();
+                moved.store().unwrap().restore(Some(3)).unwrap();
+                let mut again = build();
+                for (n, slice) in slices.iter().enumerate().take(3) {
+                    again.process(std::slice::from_ref(slice), &ctx(n)).unwrap();
+                }
+                for (n, slice) in slices.iter().enumerate().skip(3) {
+                    let want = again.process(std::slice::from_ref(slice), &ctx(n)).unwrap();
+                    let got = moved.process(std::slice::from_ref(slice), &ctx(n)).unwrap();
+                    assert_eq!(
+                        sorted_rows(&got),
+                        sorted_rows(&want),
+                        "{label}: restored, batch {n}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Session windows keep their state in memory only: the disk store is refused with
+/// ETL435, never used half-way.
+#[test]
+fn session_windows_refuse_the_disk_store() {
+    use etlantic_runtime::state_store::{StateStoreProvider, StoreContext};
+    let dir = tempfile::tempdir().unwrap();
+    let store = etlantic_rocksdb::DiskStoreProvider
+        .open(StoreContext {
+            operator: "t.0".into(),
+            local_dir: dir.path().join("local"),
+            checkpoint: etlantic_core::storage::open(&dir.path().join("checkpoint")),
+            memory_limit_bytes: 16 << 20,
+        })
+        .unwrap();
+    let err = operator(Geometry::Session(10 * SEC))
+        .use_store(store)
+        .unwrap_err();
+    assert_eq!(err.code(), "ETL435", "{err}");
 }
