@@ -12,7 +12,7 @@
 //! another store wrote (`ETL804`).
 
 mod common;
-use common::crash::{describe, run, CLICKS};
+use common::crash::{describe, output_text, quarantined, run, CLICKS, FAIL_POINTS};
 use common::{batch_log, logged_commit, logged_offsets, logged_state_versions};
 
 use serde_json::{json, Value};
@@ -157,24 +157,6 @@ fn committed(dir: &Path) -> Vec<String> {
         .collect();
     rows.sort();
     rows
-}
-
-/// The quarantine as a sorted multiset of (code, position, raw, batch).
-fn quarantined(dir: &Path) -> Vec<String> {
-    let path = dir.join("out/quarantine.jsonl");
-    if !path.exists() {
-        return vec![];
-    }
-    let mut v: Vec<String> = etlantic_runtime::quarantine::read_quarantine(path)
-        .unwrap()
-        .iter()
-        .map(|l| {
-            json!({"code": l["code"], "position": l["position"], "raw": l["raw"], "batch": l["batch_id"]})
-                .to_string()
-        })
-        .collect();
-    v.sort();
-    v
 }
 
 /// The logged offsets without their batch timestamps and plan fingerprints (the
@@ -324,13 +306,7 @@ fn the_disk_store_gives_the_memory_stores_rows_and_keeps_versions_in_the_checkpo
 fn killed_at_every_step_on_the_disk_store_the_restart_loses_and_duplicates_nothing() {
     let reference = reference();
     let batches = reference.offsets.len() as u64;
-    for point in [
-        "after_offsets",
-        "in_sink",
-        "after_sink",
-        "after_state",
-        "after_commit",
-    ] {
+    for point in FAIL_POINTS {
         for batch in [0u64, 2, 4, 5, batches - 1] {
             for lose_working_copy in [false, true] {
                 let label = format!("{point}:{batch}, working copy lost: {lose_working_copy}");
@@ -394,7 +370,7 @@ fn what_the_disk_store_refuses_is_refused_with_a_code() {
     .unwrap();
     let o = run(dir, None);
     assert!(!o.status.success());
-    let text = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
+    let text = output_text(&o);
     assert!(
         text.contains("ETL435") && text.contains("per_minute."),
         "{text}"
@@ -405,7 +381,7 @@ fn what_the_disk_store_refuses_is_refused_with_a_code() {
     let dir = tmp.path();
     project(dir, "tape");
     let o = run(dir, None);
-    let text = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
+    let text = output_text(&o);
     assert!(!o.status.success() && text.contains("ETL434"), "{text}");
     assert!(
         text.contains("disk") && text.contains("memory"),
@@ -421,7 +397,7 @@ fn what_the_disk_store_refuses_is_refused_with_a_code() {
     assert_eq!(o.status.signal(), Some(6), "{}", describe(&o));
     std::fs::write(dir.join("profiles/local.yaml"), profile("disk")).unwrap();
     let o = run(dir, None);
-    let text = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
+    let text = output_text(&o);
     assert!(!o.status.success() && text.contains("ETL804"), "{text}");
     std::fs::write(dir.join("profiles/local.yaml"), profile("memory")).unwrap();
     run_ok(dir);

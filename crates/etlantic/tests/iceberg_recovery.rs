@@ -120,13 +120,7 @@ fn iceberg_sink_killed_at_every_step_loses_and_duplicates_nothing() {
     // 0: first data batch (no window closes: an empty sink batch), 2: the first batch
     // that emits a window, 3: a data batch with a late row, 5: the last data batch,
     // 6: the last (no-data) batch.
-    for point in [
-        "after_offsets",
-        "in_sink",
-        "after_sink",
-        "after_state",
-        "after_commit",
-    ] {
+    for point in FAIL_POINTS {
         for batch in [0u64, 2, 3, 5, 6] {
             let label = format!("{point}:{batch}");
             let tmp = tempfile::tempdir().unwrap();

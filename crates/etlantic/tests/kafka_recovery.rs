@@ -151,24 +151,6 @@ fn committed(dir: &Path) -> Vec<String> {
     rows
 }
 
-/// The quarantine as sorted (code, topic, partition, offset, batch).
-fn quarantined(dir: &Path) -> Vec<String> {
-    let path = dir.join("out/quarantine.jsonl");
-    if !path.exists() {
-        return vec![];
-    }
-    let mut v: Vec<String> = etlantic_runtime::quarantine::read_quarantine(path)
-        .unwrap()
-        .iter()
-        .map(|l| {
-            json!({"code": l["code"], "position": l["position"], "raw": l["raw"], "batch": l["batch_id"]})
-                .to_string()
-        })
-        .collect();
-    v.sort();
-    v
-}
-
 fn offsets_log(dir: &Path) -> BTreeMap<u64, Value> {
     let mut out = BTreeMap::new();
     for n in 0..20u64 {
@@ -234,13 +216,7 @@ fn kafka_to_files_killed_at_every_step_loses_and_duplicates_nothing() {
     assert_eq!(committed(dir), reference);
     drop(env);
 
-    for point in [
-        "after_offsets",
-        "in_sink",
-        "after_sink",
-        "after_state",
-        "after_commit",
-    ] {
+    for point in FAIL_POINTS {
         for batch in [0u64, 2, 4] {
             let label = format!("{point}:{batch}");
             let env = setup();

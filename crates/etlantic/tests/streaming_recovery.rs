@@ -57,24 +57,6 @@ fn committed(dir: &Path) -> Vec<String> {
     rows
 }
 
-/// The quarantine as a sorted multiset of (code, position, raw), without run ids.
-fn quarantined(dir: &Path) -> Vec<String> {
-    let path = dir.join("out/quarantine.jsonl");
-    if !path.exists() {
-        return vec![];
-    }
-    let mut v: Vec<String> = etlantic_runtime::quarantine::read_quarantine(path)
-        .unwrap()
-        .iter()
-        .map(|l| {
-            json!({"code": l["code"], "position": l["position"], "raw": l["raw"], "batch": l["batch_id"]})
-                .to_string()
-        })
-        .collect();
-    v.sort();
-    v
-}
-
 fn read(path: &Path) -> Option<String> {
     std::fs::read_to_string(path).ok()
 }
@@ -221,13 +203,7 @@ fn killed_at_every_step_the_restarted_query_loses_and_duplicates_nothing() {
     // 0: first data batch (with a malformed line), 2: the first batch that emits a
     // window (and has a bad record), 3: the data batch with the late row, 5: the last data
     // batch, 6: the last (no-data) batch.
-    for point in [
-        "after_offsets",
-        "in_sink",
-        "after_sink",
-        "after_state",
-        "after_commit",
-    ] {
+    for point in FAIL_POINTS {
         for batch in [0u64, 2, 3, 5, 6] {
             let label = format!("{point}:{batch}");
             let tmp = tempfile::tempdir().unwrap();

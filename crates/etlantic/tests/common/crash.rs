@@ -140,6 +140,23 @@ pub fn input_files() -> Vec<(String, String)> {
         .collect()
 }
 
+/// The steps of the batch protocol a test kills the query at
+/// (`ETLANTIC_FAIL_POINT=<point>:<batch>`), in protocol order.
+#[allow(dead_code)]
+pub const FAIL_POINTS: [&str; 5] = [
+    "after_offsets",
+    "in_sink",
+    "after_sink",
+    "after_state",
+    "after_commit",
+];
+
+/// What a run printed, stdout then stderr.
+#[allow(dead_code)]
+pub fn output_text(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
+}
+
 pub fn run(dir: &Path, fail_point: Option<&str>) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_etlantic"));
     cmd.current_dir(dir)
@@ -208,4 +225,25 @@ pub fn canonical_window_rows(batches: &[arrow::array::RecordBatch]) -> Vec<Strin
         .collect();
     rows.sort();
     rows
+}
+
+/// The quarantine file `out/quarantine.jsonl` of a project as a sorted multiset of
+/// (code, position, raw text, batch id) JSON strings, without run ids: what two runs of
+/// the same input must agree on.
+#[allow(dead_code)]
+pub fn quarantined(dir: &Path) -> Vec<String> {
+    let path = dir.join("out/quarantine.jsonl");
+    if !path.exists() {
+        return vec![];
+    }
+    let mut v: Vec<String> = etlantic_runtime::quarantine::read_quarantine(path)
+        .unwrap()
+        .iter()
+        .map(|l| {
+            json!({"code": l["code"], "position": l["position"], "raw": l["raw"], "batch": l["batch_id"]})
+                .to_string()
+        })
+        .collect();
+    v.sort();
+    v
 }

@@ -356,31 +356,19 @@ impl StatefulOperator for DedupOperator {
         let values: Int64Array = state_column(state, VALUE, OP)?;
         let first_seen: Int64Array = state_column(state, UPDATED_COLUMN, OP)?;
         let at = |a: &Int64Array, i: usize| a.is_valid(i).then(|| a.value(i));
+        let entries = (0..state.num_rows()).map(|i| {
+            (
+                Box::<[u8]>::from(keys.value(i)),
+                Seen {
+                    value: at(&values, i),
+                    first_seen_ms: at(&first_seen, i),
+                },
+            )
+        });
         if let Some(stored) = self.stored.as_mut() {
-            let entries: Vec<(Box<[u8]>, Seen)> = (0..state.num_rows())
-                .map(|i| {
-                    (
-                        keys.value(i).into(),
-                        Seen {
-                            value: at(&values, i),
-                            first_seen_ms: at(&first_seen, i),
-                        },
-                    )
-                })
-                .collect();
-            return stored.replace(&entries);
+            return stored.replace(&entries.collect::<Vec<_>>());
         }
-        self.seen = (0..state.num_rows())
-            .map(|i| {
-                (
-                    keys.value(i).into(),
-                    Seen {
-                        value: at(&values, i),
-                        first_seen_ms: at(&first_seen, i),
-                    },
-                )
-            })
-            .collect();
+        self.seen = entries.collect();
         self.added.clear();
         self.gone.clear();
         Ok(())
@@ -546,19 +534,8 @@ mod tests {
     /// and a store restored from its checkpoint on another working copy goes on alike.
     #[test]
     fn on_the_disk_store_it_behaves_like_in_memory() {
-        use etlantic_runtime::state_store::{StateStoreProvider, StoreContext};
         let dir = tempfile::tempdir().unwrap();
-        // The working copy `local`, the checkpoint `checkpoint`.
-        let store = |local: &str, checkpoint: &str| {
-            etlantic_rocksdb::DiskStoreProvider
-                .open(StoreContext {
-                    operator: "t.0".into(),
-                    local_dir: dir.path().join(local),
-                    checkpoint: etlantic_core::storage::open(&dir.path().join(checkpoint)),
-                    memory_limit_bytes: 16 << 20,
-                })
-                .unwrap()
-        };
+        let store = |local: &str, checkpoint: &str| test_disk_store(dir.path(), local, checkpoint);
         let make = |within: Option<i64>| {
             let mut op = DedupOperator::new(
                 batch(&[]).schema(),

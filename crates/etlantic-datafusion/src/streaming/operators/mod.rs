@@ -45,6 +45,25 @@ use etlantic_core::streaming::OutputMode;
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 use std::sync::Arc;
 
+/// A disk state store (RocksDB) for operator tests: its working copy `local` and its
+/// checkpoint `checkpoint`, both under `dir`.
+#[cfg(test)]
+pub(crate) fn test_disk_store(
+    dir: &std::path::Path,
+    local: &str,
+    checkpoint: &str,
+) -> Box<dyn StateStore> {
+    use etlantic_runtime::state_store::{StateStoreProvider, StoreContext};
+    etlantic_rocksdb::DiskStoreProvider
+        .open(StoreContext {
+            operator: "t.0".into(),
+            local_dir: dir.join(local),
+            checkpoint: etlantic_core::storage::open(&dir.join(checkpoint)),
+            memory_limit_bytes: 16 << 20,
+        })
+        .expect("a disk store opens")
+}
+
 /// Watermarks and mode for one micro-batch.
 #[derive(Clone, Copy, Debug)]
 pub struct OpContext {

@@ -258,18 +258,8 @@ fn restoring_state_of_another_shape_is_etl801_not_a_panic() {
 /// closes windows; and a store restored on another working copy goes on alike.
 #[test]
 fn on_the_disk_store_it_behaves_like_in_memory() {
-    use etlantic_runtime::state_store::{StateStoreProvider, StoreContext};
     let dir = tempfile::tempdir().unwrap();
-    let open = |local: String, checkpoint: &str| {
-        etlantic_rocksdb::DiskStoreProvider
-            .open(StoreContext {
-                operator: "t.0".into(),
-                local_dir: dir.path().join(local),
-                checkpoint: etlantic_core::storage::open(&dir.path().join(checkpoint)),
-                memory_limit_bytes: 16 << 20,
-            })
-            .unwrap()
-    };
+    let open = |local: String, checkpoint: &str| test_disk_store(dir.path(), &local, checkpoint);
     let all = input(3000);
     let slices: Vec<RecordBatch> = (0..6).map(|i| all.slice(i * 500, 500)).collect();
     let sorted_rows = |out: &OpOutput| -> Vec<String> {
@@ -378,16 +368,8 @@ fn on_the_disk_store_it_behaves_like_in_memory() {
 /// ETL435, never used half-way.
 #[test]
 fn session_windows_refuse_the_disk_store() {
-    use etlantic_runtime::state_store::{StateStoreProvider, StoreContext};
     let dir = tempfile::tempdir().unwrap();
-    let store = etlantic_rocksdb::DiskStoreProvider
-        .open(StoreContext {
-            operator: "t.0".into(),
-            local_dir: dir.path().join("local"),
-            checkpoint: etlantic_core::storage::open(&dir.path().join("checkpoint")),
-            memory_limit_bytes: 16 << 20,
-        })
-        .unwrap();
+    let store = test_disk_store(dir.path(), "local", "checkpoint");
     let err = operator(Geometry::Session(10 * SEC))
         .use_store(store)
         .unwrap_err();
