@@ -288,3 +288,73 @@ pub fn engine_for(plan: &PipelinePlan) -> Result<&'static dyn StreamingEngine> {
         .with_help("Link one (the `etlantic-datafusion` crate registers the embedded engine).")
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state_store::{CommitStats, ScanVisitor, StoreWrites};
+
+    /// A store that holds nothing (the default `use_store` never reads it).
+    struct Unused;
+
+    impl StateStore for Unused {
+        fn get(&self, _key: &[u8]) -> Result<Option<Vec<u8>>> {
+            Ok(None)
+        }
+        fn write(&mut self, _writes: StoreWrites) -> Result<()> {
+            Ok(())
+        }
+        fn scan(&self, _: &[u8], _: Option<&[u8]>, _: &mut ScanVisitor<'_>) -> Result<()> {
+            Ok(())
+        }
+        fn commit(&mut self, _version: u64) -> Result<CommitStats> {
+            Ok(CommitStats::default())
+        }
+        fn restore(&mut self, _version: Option<u64>) -> Result<()> {
+            Ok(())
+        }
+        fn retain(&mut self, _oldest: u64) -> Result<()> {
+            Ok(())
+        }
+        fn versions(&self) -> Result<Vec<u64>> {
+            Ok(vec![])
+        }
+    }
+
+    /// An operator of a third-party engine that keeps the trait's defaults.
+    struct InMemoryOnly;
+
+    impl OperatorState for InMemoryOnly {
+        fn id(&self) -> &str {
+            "plugin.0"
+        }
+        fn changelog_identity(&self) -> Option<&'static [&'static str]> {
+            None
+        }
+        fn snapshot(&self) -> Result<RecordBatch> {
+            Ok(RecordBatch::new_empty(std::sync::Arc::new(
+                arrow::datatypes::Schema::empty(),
+            )))
+        }
+        fn restore(&mut self, _state: &RecordBatch) -> Result<()> {
+            Ok(())
+        }
+        fn changes(&mut self) -> Result<Option<RecordBatch>> {
+            Ok(None)
+        }
+        fn rows_total(&self) -> u64 {
+            0
+        }
+    }
+
+    /// An operator that does not implement `use_store` refuses a store with `ETL435`,
+    /// naming itself, and then has none: never a silent fallback to memory.
+    #[test]
+    fn an_operator_without_store_support_refuses_one() {
+        let mut op = InMemoryOnly;
+        let err = op.use_store(Box::new(Unused)).unwrap_err();
+        assert_eq!(err.code(), "ETL435", "{err}");
+        assert!(err.to_string().contains("`plugin.0`"), "{err}");
+        assert!(op.store().is_none());
+    }
+}

@@ -1,6 +1,7 @@
 //! Every Nexmark query pipeline (`crates/etlantic-testkit/nexmark/`) on the streaming
 //! runtime, fed by the `nexmark://` generator in many micro-batches, equals its reference
-//! SQL run by DataFusion in batch over the same generated events (as multisets).
+//! SQL run by DataFusion in batch over the same generated events (as multisets) — with
+//! the operators' state in memory, and in the disk store (RocksDB).
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
@@ -58,9 +59,10 @@ async fn generated(asset: &str, schema: SchemaRef) -> Vec<RecordBatch> {
     s.read(None, &end).await.unwrap().batches
 }
 
-/// The query's output rows, its reference's, and the rows its stream-stream join released
-/// for having met a unique side's row (`None`: no join with a unique side).
-async fn run(q: &Query) -> (Vec<String>, Vec<String>, Option<u64>) {
+/// The query's output rows with its state in `store`, its reference's, and the rows its
+/// stream-stream join released for having met a unique side's row (`None`: no join with
+/// a unique side).
+async fn run(q: &Query, store: &str) -> (Vec<String>, Vec<String>, Option<u64>) {
     let dir = tempfile::tempdir().unwrap();
     let sink = format!("nexmark_{}_{}", q.name, std::process::id());
     std::fs::write(dir.path().join("pipeline.yaml"), q.pipeline).unwrap();
@@ -72,6 +74,10 @@ async fn run(q: &Query) -> (Vec<String>, Vec<String>, Option<u64>) {
             PER_BATCH,
             EVENT_GAP_US,
             &format!("memory://{sink}"),
+        )
+        .replace(
+            "mode: streaming\n",
+            &format!("mode: streaming\nstate_store: {store}\n"),
         ),
     )
     .unwrap();
@@ -130,15 +136,15 @@ async fn run(q: &Query) -> (Vec<String>, Vec<String>, Option<u64>) {
     (rows(&got), want, released)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_nexmark_query_equals_its_reference_sql() {
+/// Every query on `store` equals its reference.
+async fn every_query_on(store: &str) {
     for q in QUERIES {
-        let (got, want, released) = run(q).await;
+        let (got, want, released) = run(q, store).await;
         assert!(!want.is_empty(), "{}: the reference has rows", q.name);
-        assert_eq!(got.len(), want.len(), "{}: row count", q.name);
-        assert!(got == want, "{}: rows differ", q.name);
+        assert_eq!(got.len(), want.len(), "{} on {store}: row count", q.name);
+        assert!(got == want, "{} on {store}: rows differ", q.name);
         println!(
-            "{}: {} rows equal; rows released by a unique key: {released:?}",
+            "{} on {store}: {} rows equal; rows released by a unique key: {released:?}",
             q.name,
             got.len()
         );
@@ -149,4 +155,16 @@ async fn every_nexmark_query_equals_its_reference_sql() {
             assert!(released.is_some_and(|n| n > 0), "{}: {released:?}", q.name);
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_nexmark_query_equals_its_reference_sql() {
+    every_query_on("memory").await;
+}
+
+#[cfg(feature = "disk-state")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_the_disk_store_every_nexmark_query_equals_its_reference_sql() {
+    std::hint::black_box(&etlantic_rocksdb::DiskStoreProvider);
+    every_query_on("disk").await;
 }

@@ -63,37 +63,26 @@ async fn spark_pending_corpus() {
     assert!(n >= 5, "only {n} scenarios found");
 }
 
-/// The corpus with the operators' state in the disk store (RocksDB): every scenario whose
-/// stateful operators all run on it gives Spark's rows — deduplications, tumbling and
-/// sliding windows, group-bys, in every output mode, and stateless queries (the store is
-/// then never opened). A scenario with an operator that does not run on it yet (session
-/// windows, stream-stream joins) is refused at start with `ETL435` naming it — never run
-/// in memory instead.
+/// The corpus — Spark's recordings and the generated `spark-diff` scenarios — with the
+/// operators' state in the disk store (RocksDB): every scenario gives Spark's rows —
+/// deduplications, tumbling, sliding and session windows, group-bys in every output
+/// mode, stream-stream joins of every type, and stateless queries (the store is then
+/// never opened).
 #[cfg(feature = "disk-state")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spark_corpus_on_the_disk_store() {
     std::hint::black_box(&etlantic_rocksdb::DiskStoreProvider);
     let mut passed = Vec::new();
-    let mut refused_names = Vec::new();
     let mut problems = Vec::new();
-    for folder in ["spark", "spark-pending"] {
-        let dir = shared(folder);
+    let spark_diff =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/conformance/spark-diff");
+    for dir in [shared("spark"), shared("spark-pending"), spark_diff] {
         for o in etlantic_testkit::conformance::runner::run_dir_on(&dir, "disk")
             .await
             .expect("corpus runs")
         {
             if o.passed {
                 passed.push(o.name.clone());
-                continue;
-            }
-            // Refused, naming an operator not on the disk store yet.
-            let refused = o.problems.iter().any(|p| {
-                p.contains("ETL435")
-                    && (p.contains("`symmetricHashJoin`")
-                        || p.contains("`sessionWindowStateStoreSaveExec`"))
-            });
-            if refused {
-                refused_names.push(o.name.clone());
             } else {
                 problems.push(format!("{}\n  {}", o.line(), o.problems.join("\n  ")));
             }
@@ -109,16 +98,23 @@ async fn spark_corpus_on_the_disk_store() {
         "sliding_append",
         "groupby_complete_no_window",
         "project_filter_basic",
+        "ss_join_inner",
+        "ss_join_left_outer",
+        "min_join_null_key_watermark",
+        "min_left_outer_null_right_key_watermark",
+        "session_append",
     ] {
         assert!(
             passed.iter().any(|p| p == must),
             "{must} must pass on disk: {passed:?}"
         );
     }
-    println!(
-        "on the disk store: {} passed, refused (ETL435): {refused_names:?}",
-        passed.len()
-    );
+    let joins = passed
+        .iter()
+        .filter(|p| p.contains("stream_stream_join"))
+        .count();
+    assert!(joins >= 19, "only {joins} generated joins passed on disk");
+    assert!(passed.len() >= 19 + 5 + 47, "{} passed", passed.len());
 }
 
 /// The scenarios `cargo xtask spark-diff` generated and recorded from a local Spark

@@ -4,12 +4,12 @@
 //! comes back from the checkpoint alone) — gives the rows, quarantine and offsets of an
 //! uninterrupted run on the memory store.
 //!
-//! The click-count window aggregation of the other recovery tests runs on it too, and
-//! gives the memory store's windows.
+//! The click-count window aggregation of the other recovery tests runs on it too, with
+//! tumbling and with session windows, and gives the memory store's windows.
 //!
-//! And what the disk store refuses, with a code: an operator that cannot keep its state
-//! there (session windows, `ETL435`), a store that is not linked (`ETL434`), a checkpoint whose state
-//! another store wrote (`ETL804`).
+//! And what the disk store refuses, with a code: a store that is not linked (`ETL434`), a
+//! checkpoint whose state another store wrote (`ETL804`). (An operator that cannot keep
+//! its state in a store, `ETL435`, is a third-party one: every built-in operator can.)
 
 mod common;
 use common::crash::{describe, output_text, quarantined, run, CLICKS, FAIL_POINTS};
@@ -352,30 +352,6 @@ fn killed_at_every_step_on_the_disk_store_the_restart_loses_and_duplicates_nothi
 
 #[test]
 fn what_the_disk_store_refuses_is_refused_with_a_code() {
-    // An operator that keeps its state in memory only (session windows): no silent
-    // fallback.
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path();
-    common::crash::write_click_counts(dir, &counts_profile("disk"));
-    let tumbling = "window: {type: tumbling, column: ts, size: 1 minute}";
-    let pipeline = std::fs::read_to_string(dir.join("pipeline.yaml")).unwrap();
-    assert!(pipeline.contains(tumbling));
-    std::fs::write(
-        dir.join("pipeline.yaml"),
-        pipeline.replace(
-            tumbling,
-            "window: {type: session, column: ts, gap: 30 seconds}",
-        ),
-    )
-    .unwrap();
-    let o = run(dir, None);
-    assert!(!o.status.success());
-    let text = output_text(&o);
-    assert!(
-        text.contains("ETL435") && text.contains("per_minute."),
-        "{text}"
-    );
-
     // A store that is not linked.
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
@@ -404,14 +380,24 @@ fn what_the_disk_store_refuses_is_refused_with_a_code() {
     assert_eq!(committed(dir), reference().rows);
 }
 
-/// The 1-minute tumbling click counts of `streaming_recovery`, on the disk store: the same
-/// windows as in memory, killed at a step of the batch protocol or not.
+/// The 1-minute tumbling click counts of `streaming_recovery`, and the same counts over
+/// 30-second session windows, on the disk store: the same windows as in memory, killed at
+/// a step of the batch protocol or not.
 #[test]
 fn window_counts_on_the_disk_store_match_the_memory_store() {
-    let counts = |store: &str, fail: Option<&str>| {
+    let tumbling = "window: {type: tumbling, column: ts, size: 1 minute}";
+    let session = "window: {type: session, column: ts, gap: 30 seconds}";
+    let counts = |store: &str, window: &str, fail: Option<&str>| {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path();
         common::crash::write_click_counts(dir, &counts_profile(store));
+        let pipeline = std::fs::read_to_string(dir.join("pipeline.yaml")).unwrap();
+        assert!(pipeline.contains(tumbling));
+        std::fs::write(
+            dir.join("pipeline.yaml"),
+            pipeline.replace(tumbling, window),
+        )
+        .unwrap();
         if let Some(point) = fail {
             let o = run(dir, Some(point));
             assert_eq!(o.status.signal(), Some(6), "{point}: {}", describe(&o));
@@ -420,10 +406,19 @@ fn window_counts_on_the_disk_store_match_the_memory_store() {
         let batches = etlantic_sinks::files::read_committed(dir.join("out/counts")).unwrap();
         common::crash::canonical_window_rows(&batches)
     };
-    let memory = counts("memory", None);
-    assert_eq!(memory.len(), 7, "{memory:?}");
-    assert_eq!(counts("disk", None), memory);
-    for point in ["after_state:2", "in_sink:3", "after_commit:5"] {
-        assert_eq!(counts("disk", Some(point)), memory, "{point}");
+    for (window, windows) in [(tumbling, Some(7)), (session, None)] {
+        let memory = counts("memory", window, None);
+        assert!(!memory.is_empty(), "{window}: windows are emitted");
+        if let Some(n) = windows {
+            assert_eq!(memory.len(), n, "{memory:?}");
+        }
+        assert_eq!(counts("disk", window, None), memory, "{window}");
+        for point in ["after_state:2", "in_sink:3", "after_commit:5"] {
+            assert_eq!(
+                counts("disk", window, Some(point)),
+                memory,
+                "{window}, {point}"
+            );
+        }
     }
 }

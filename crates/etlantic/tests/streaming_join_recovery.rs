@@ -11,6 +11,9 @@
 //! no-data batch 5 closes the run. Impression c is emitted unmatched by batch 3 and g by
 //! batch 4, from restored state after a crash; d's click arrives in batch 3 while d is
 //! still in the state; the late click in batch 4 is quarantined.
+//!
+//! The same with `state_store: disk` (the join's rows in RocksDB), with the local working
+//! copy kept and deleted before the restart.
 
 mod common;
 
@@ -66,6 +69,7 @@ name: local
 mode: streaming
 trigger: available_now
 checkpoint: file://chk
+state_store: memory
 bindings:
   impressions: file://in/impressions?format=jsonl
   clicks: file://in/clicks?format=jsonl
@@ -105,14 +109,17 @@ fn files() -> Vec<(Rows, Rows)> {
 
 const MICRO_BATCHES: u64 = 6;
 
-fn project(dir: &Path) {
+fn project(dir: &Path, store: &str) {
     let write = |path: &str, text: &str| {
         let p = dir.join(path);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(p, text).unwrap();
     };
     write("pipeline.yaml", PIPELINE);
-    write("profiles/local.yaml", PROFILE);
+    write(
+        "profiles/local.yaml",
+        &PROFILE.replace("state_store: memory", &format!("state_store: {store}")),
+    );
     write(
         "contracts/impressions.yaml",
         &contract(
@@ -234,11 +241,10 @@ fn row(imp: Option<(i64, &str)>, click: Option<(i64, &str)>) -> String {
     serde_json::to_string(&v).unwrap()
 }
 
-#[test]
-fn a_killed_join_query_recovers_its_state_at_every_step() {
-    // The uninterrupted run.
+/// The uninterrupted run on the memory store, checked by hand: its rows and quarantine.
+fn reference() -> (Vec<String>, Vec<String>) {
     let tmp = tempfile::tempdir().unwrap();
-    project(tmp.path());
+    project(tmp.path(), "memory");
     let o = run(tmp.path(), None);
     assert!(o.status.success(), "{}", describe(&o));
     let reference = committed(tmp.path());
@@ -260,20 +266,32 @@ fn a_killed_join_query_recovers_its_state_at_every_step() {
     let chk = tmp.path().join("chk");
     assert!(common::logged_commit(&chk, MICRO_BATCHES - 1).is_some());
     assert!(common::logged_offsets(&chk, MICRO_BATCHES).is_none());
+    (reference, reference_quarantine)
+}
 
+/// Kills the query at every step of every micro-batch on `store`, deletes the working
+/// copy of the disk store before the restart when `lose_working_copy`, and checks the
+/// finished run against the reference.
+fn killed_at_every_step(store: &str, lose_working_copy: bool) {
+    let (reference, reference_quarantine) = reference();
     for point in ["after_offsets", "after_sink", "after_state", "after_commit"] {
         for batch in 0..MICRO_BATCHES {
-            let label = format!("{point}:{batch}");
+            let label = format!("{store} {point}:{batch}, working copy lost: {lose_working_copy}");
             let tmp = tempfile::tempdir().unwrap();
             let dir = tmp.path();
-            project(dir);
-            let crashed = run(dir, Some(&label));
+            project(dir, store);
+            let crashed = run(dir, Some(&format!("{point}:{batch}")));
             assert_eq!(
                 crashed.status.signal(),
                 Some(6),
                 "{label}: the process aborts at the fail point\n{}",
                 describe(&crashed)
             );
+            if lose_working_copy {
+                let working = dir.join(".etlantic/state");
+                assert!(working.is_dir(), "{label}: the working copy is there");
+                std::fs::remove_dir_all(&working).unwrap();
+            }
             let resumed = run(dir, None);
             assert!(resumed.status.success(), "{label}: {}", describe(&resumed));
             assert_eq!(committed(dir), reference, "{label}: committed rows");
@@ -284,4 +302,26 @@ fn a_killed_join_query_recovers_its_state_at_every_step() {
             );
         }
     }
+}
+
+#[test]
+fn a_killed_join_query_recovers_its_state_at_every_step() {
+    killed_at_every_step("memory", false);
+}
+
+/// With both sides' rows in RocksDB: the rows of the memory store, whether the restart
+/// finds its working copy or restores from the checkpoint alone.
+#[test]
+fn on_the_disk_store_a_killed_join_query_recovers_at_every_step() {
+    let tmp = tempfile::tempdir().unwrap();
+    project(tmp.path(), "disk");
+    let o = run(tmp.path(), None);
+    assert!(o.status.success(), "{}", describe(&o));
+    assert_eq!(committed(tmp.path()), reference().0);
+    assert!(
+        tmp.path().join("chk/state-store").is_dir(),
+        "the join's state is in the store"
+    );
+    killed_at_every_step("disk", false);
+    killed_at_every_step("disk", true);
 }

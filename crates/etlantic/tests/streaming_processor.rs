@@ -67,6 +67,7 @@ name: local
 mode: streaming
 trigger: available_now
 checkpoint: file://chk
+state_store: memory
 bindings:
   clicks: file://in?format=jsonl
   sessions: file://out/sessions/?format=jsonl
@@ -153,9 +154,16 @@ fn input_files() -> Vec<(String, String)> {
 const MICRO_BATCHES: u64 = 7;
 
 fn project(dir: &Path) {
+    project_on(dir, "memory");
+}
+
+/// The project with its streaming state in `store`.
+fn project_on(dir: &Path, store: &str) {
+    let stream_profile =
+        STREAM_PROFILE.replace("state_store: memory", &format!("state_store: {store}"));
     for (path, text) in [
         ("pipeline.yaml", PIPELINE),
-        ("profiles/local.yaml", STREAM_PROFILE),
+        ("profiles/local.yaml", stream_profile.as_str()),
         ("profiles/batch.yaml", BATCH_PROFILE),
         ("contracts/clicks.yaml", CLICKS),
         ("contracts/sessions.yaml", SESSIONS),
@@ -283,24 +291,9 @@ fn progress(dir: &Path) -> Vec<Value> {
 
 /// What every finished streaming run must have, crashed or not.
 fn check_finished(dir: &Path, label: &str) {
-    assert_eq!(
-        committed(dir),
-        expected_stream(),
-        "{label}: committed sessions"
-    );
-    let q = quarantined(dir);
-    assert_eq!(q.len(), 1, "{label}: the late u3 click, once: {q:?}");
-    assert!(
-        q[0].contains("ETL708") && q[0].contains("\"batch\":3"),
-        "{label}: {q:?}"
-    );
-    let chk = dir.join("chk");
-    let log = common::batch_log(&chk);
-    for n in 0..MICRO_BATCHES {
-        assert!(log.commits.contains_key(&n), "{label}: commit of batch {n}");
-    }
-    assert!(!log.offsets.contains_key(&MICRO_BATCHES), "{label}");
+    check_output(dir, label);
     // The last state snapshot holds only u5's open session: one list element, one timer.
+    let chk = dir.join("chk");
     let ops: Vec<String> = common::logged_state_versions(&chk).into_keys().collect();
     assert_eq!(ops.len(), 1, "{label}: one stateful operator");
     let state = [common::logged_whole_state(&chk, &ops[0], MICRO_BATCHES).expect("logged")];
@@ -318,6 +311,28 @@ fn check_finished(dir: &Path, label: &str) {
         })
         .collect();
     assert_eq!(kinds, ["list", "timer"], "{label}");
+}
+
+/// What a finished streaming run wrote, on either state store: the sessions, the
+/// quarantine, a commit per micro-batch.
+fn check_output(dir: &Path, label: &str) {
+    assert_eq!(
+        committed(dir),
+        expected_stream(),
+        "{label}: committed sessions"
+    );
+    let q = quarantined(dir);
+    assert_eq!(q.len(), 1, "{label}: the late u3 click, once: {q:?}");
+    assert!(
+        q[0].contains("ETL708") && q[0].contains("\"batch\":3"),
+        "{label}: {q:?}"
+    );
+    let chk = dir.join("chk");
+    let log = common::batch_log(&chk);
+    for n in 0..MICRO_BATCHES {
+        assert!(log.commits.contains_key(&n), "{label}: commit of batch {n}");
+    }
+    assert!(!log.offsets.contains_key(&MICRO_BATCHES), "{label}");
 }
 
 #[test]
@@ -381,6 +396,44 @@ fn killed_at_every_step_the_restarted_processor_query_loses_and_duplicates_nothi
             );
             run_ok(dir);
             check_finished(dir, &label);
+        }
+    }
+}
+
+/// The processor's state in the disk store (RocksDB): the uninterrupted run holds u5's
+/// list element and timer at the end, and a run killed at every step gives the same
+/// output, whether the restart finds its working copy or restores from the checkpoint
+/// alone.
+#[test]
+fn on_the_disk_store_the_killed_processor_query_loses_and_duplicates_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    project_on(tmp.path(), "disk");
+    run_ok(tmp.path());
+    check_output(tmp.path(), "uninterrupted on disk");
+    let p = progress(tmp.path());
+    let last = &p.last().unwrap()["stateOperators"][0];
+    assert_eq!(last["numRowsTotal"], json!(2), "{last}");
+    assert_eq!(
+        last["customMetrics"]["numRegisteredTimers"],
+        json!(1),
+        "{last}"
+    );
+    assert!(common::logged_state_versions(&tmp.path().join("chk")).is_empty());
+    for point in ["after_offsets", "after_sink", "after_state", "after_commit"] {
+        for batch in [0u64, 2, 3, 5, 6] {
+            for lose_working_copy in [false, true] {
+                let label = format!("{point}:{batch}, working copy lost: {lose_working_copy}");
+                let tmp = tempfile::tempdir().unwrap();
+                let dir = tmp.path();
+                project_on(dir, "disk");
+                let o = run(dir, Some(&format!("{point}:{batch}")));
+                assert_eq!(o.status.signal(), Some(6), "{label}\n{}", describe(&o));
+                if lose_working_copy {
+                    std::fs::remove_dir_all(dir.join(".etlantic/state")).unwrap();
+                }
+                run_ok(dir);
+                check_output(dir, &label);
+            }
         }
     }
 }

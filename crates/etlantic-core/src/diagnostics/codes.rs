@@ -225,7 +225,7 @@ catalogue! {
         "The profile's `state_store` names a state store that is not linked into this program.",
         "Use `state_store: memory` (the default) or `disk` (RocksDB, linked by the CLI's default `disk-state` feature and the `etlantic-rocksdb` crate).");
     STATE_STORE_UNSUPPORTED = ("ETL435", "state-store-unsupported", Streaming, Error,
-        "An operator of the query cannot keep its state in the profile's `state_store` (docs/streaming.md lists which operators run on the disk store).",
+        "An operator of the query cannot keep its state in the profile's `state_store` (every built-in operator can; an operator of a third-party engine may not).",
         "Run the query with `state_store: memory`, or move the operator to a query of its own.");
 
     // ---- capability ----

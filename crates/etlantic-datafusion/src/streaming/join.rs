@@ -56,7 +56,9 @@
 //! order), `__matched`, the update time, then the left columns (`l.<name>`) and the right
 //! ones (`r.<name>`); keys and times are recomputed from the columns on restore.
 
-use super::operators::{micros, OpContext, OpOutput, PairOutput, StateMetrics, StatefulOperator};
+use super::operators::{
+    micros, OpContext, OpOutput, PairOutput, StateMetrics, StateStore, StatefulOperator,
+};
 use super::ttl::{StateTtl, ROWS_REMOVED_BY_TTL, UPDATED_COLUMN};
 use crate::expr::types::{common_type, describe};
 use crate::expr::{compile_predicate, Scope};
@@ -81,8 +83,9 @@ use std::sync::Arc;
 
 mod matching;
 mod state;
+mod stored;
 use matching::compile_joined_predicate;
-use state::{Entry, FastMap, SideState};
+use state::{Entry, FastMap, OptTime, SideState};
 
 const LEFT: usize = 0;
 const RIGHT: usize = 1;
@@ -240,6 +243,9 @@ pub struct StreamJoinOperator {
     /// Rows of the micro-batch not kept, or dropped, for having met a unique side's row
     /// of their key (the [`ROWS_RELEASED_BY_UNIQUE_KEY`] metric).
     unique_released: u64,
+    /// The state store holding both sides' rows, when the profile gives one: `sides`
+    /// then hold a micro-batch's working set only (see [`stored`]).
+    stored: Option<stored::StoredSides>,
 }
 
 fn relaxed(schema: &SchemaRef) -> SchemaRef {
@@ -420,6 +426,7 @@ impl StreamJoinOperator {
             ttl: None,
             ttl_removed: 0,
             unique_released: 0,
+            stored: None,
             layout,
         })
     }
@@ -534,45 +541,57 @@ impl StreamJoinOperator {
     /// State rows (the snapshot's layout) of the given entries of each side, one batch
     /// per side (concatenated by the caller, once).
     fn state_rows(&self, entries: &[Vec<Entry>; 2]) -> Result<Vec<RecordBatch>> {
-        let schema = self.snapshot_schema();
-        let mut parts = Vec::new();
-        for side in [LEFT, RIGHT] {
-            let entries = &entries[side];
-            let n = entries.len();
-            let refs: Vec<Option<RowRef>> =
-                entries.iter().map(|e| Some((e.chunk, e.row))).collect();
-            let own = self.gather(side, &refs)?;
-            let mut cols: Vec<ArrayRef> = vec![
-                Arc::new(UInt8Array::from(vec![side as u8; n])),
-                Arc::new(UInt64Array::from(
-                    entries.iter().map(|e| e.seq).collect::<Vec<_>>(),
-                )),
-                Arc::new(BooleanArray::from(
-                    entries.iter().map(|e| e.matched).collect::<Vec<_>>(),
-                )),
-                Arc::new(
-                    entries
+        [LEFT, RIGHT]
+            .into_iter()
+            .map(|side| {
+                let refs: Vec<Option<RowRef>> = entries[side]
+                    .iter()
+                    .map(|e| Some((e.chunk, e.row)))
+                    .collect();
+                let own = self.gather(side, &refs)?;
+                self.side_state_rows(side, &entries[side], own)
+            })
+            .collect()
+    }
+
+    /// State rows (the snapshot's layout) of `entries` of `side`, whose columns are `own`.
+    fn side_state_rows(
+        &self,
+        side: usize,
+        entries: &[Entry],
+        own: Vec<ArrayRef>,
+    ) -> Result<RecordBatch> {
+        let n = entries.len();
+        let mut cols: Vec<ArrayRef> = vec![
+            Arc::new(UInt8Array::from(vec![side as u8; n])),
+            Arc::new(UInt64Array::from(
+                entries.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            )),
+            Arc::new(BooleanArray::from(
+                entries.iter().map(|e| e.matched).collect::<Vec<_>>(),
+            )),
+            Arc::new(
+                entries
+                    .iter()
+                    .map(|e| e.updated_ms.get())
+                    .collect::<Int64Array>(),
+            ),
+        ];
+        let mut own = Some(own);
+        for s in [LEFT, RIGHT] {
+            if s == side {
+                cols.extend(own.take().unwrap_or_default());
+            } else {
+                cols.extend(
+                    self.spec(s)
+                        .schema
+                        .fields()
                         .iter()
-                        .map(|e| e.updated_ms.get())
-                        .collect::<Int64Array>(),
-                ),
-            ];
-            for s in [LEFT, RIGHT] {
-                if s == side {
-                    cols.extend(own.iter().cloned());
-                } else {
-                    cols.extend(
-                        self.spec(s)
-                            .schema
-                            .fields()
-                            .iter()
-                            .map(|f| new_null_array(f.data_type(), n)),
-                    );
-                }
+                        .map(|f| new_null_array(f.data_type(), n)),
+                );
             }
-            parts.push(RecordBatch::try_new(schema.clone(), cols).map_err(Error::engine)?);
         }
-        Ok(parts)
+        RecordBatch::try_new(self.snapshot_schema(), cols).map_err(Error::engine)
     }
 
     fn snapshot_schema(&self) -> SchemaRef {
@@ -614,6 +633,8 @@ impl StatefulOperator for StreamJoinOperator {
         right: &[RecordBatch],
         ctx: &OpContext,
     ) -> Result<PairOutput> {
+        // On a state store, the rows this micro-batch can touch come into memory.
+        self.load_working_set([left, right], ctx)?;
         // State TTL first: expired rows go silently, before the input meets the state.
         self.ttl_removed = 0;
         if let Some(ttl) = self.ttl {
@@ -650,17 +671,28 @@ impl StatefulOperator for StreamJoinOperator {
             }
         }
         let batch = self.emit(&pairs)?;
-        for side in [LEFT, RIGHT] {
-            self.sides[side].drop_dead_chunks();
-            self.compact(side)?;
-        }
-        let total = (self.sides[LEFT].rows + self.sides[RIGHT].rows) as u64;
-        debug_assert_eq!(before + added_l + added_r - removed, total);
+        let in_memory = (self.sides[LEFT].rows + self.sides[RIGHT].rows) as u64;
+        debug_assert_eq!(before + added_l + added_r - removed, in_memory);
+        let (total, memory_bytes) = match self.stored.is_some() {
+            true => {
+                self.write_back()?;
+                let stored = self.stored.as_ref().expect("checked above");
+                (stored.count()?, stored.store.memory_bytes())
+            }
+            false => {
+                for side in [LEFT, RIGHT] {
+                    self.sides[side].drop_dead_chunks();
+                    self.compact(side)?;
+                }
+                let bytes = self.sides[LEFT].memory_bytes() + self.sides[RIGHT].memory_bytes();
+                (in_memory, bytes)
+            }
+        };
         self.metrics = StateMetrics {
             rows_total: total,
             rows_updated: added_l + added_r,
             rows_removed: removed + self.ttl_removed,
-            memory_bytes: self.sides[LEFT].memory_bytes() + self.sides[RIGHT].memory_bytes(),
+            memory_bytes,
         };
         Ok(PairOutput {
             rows: vec![batch],
@@ -671,8 +703,19 @@ impl StatefulOperator for StreamJoinOperator {
     }
 
     fn snapshot(&self) -> Result<RecordBatch> {
-        let entries = [LEFT, RIGHT].map(|side| self.sides[side].entries_by_seq());
-        concat_batches(&self.snapshot_schema(), &self.state_rows(&entries)?).map_err(Error::engine)
+        let parts = if self.stored.is_some() {
+            [LEFT, RIGHT]
+                .into_iter()
+                .map(|side| {
+                    let (entries, own) = self.stored_side(side)?;
+                    self.side_state_rows(side, &entries, own)
+                })
+                .collect::<Result<Vec<_>>>()?
+        } else {
+            let entries = [LEFT, RIGHT].map(|side| self.sides[side].entries_by_seq());
+            self.state_rows(&entries)?
+        };
+        concat_batches(&self.snapshot_schema(), &parts).map_err(Error::engine)
     }
 
     fn changelog_identity(&self) -> Option<&'static [&'static str]> {
@@ -683,6 +726,9 @@ impl StatefulOperator for StreamJoinOperator {
     /// time changed, and (as `__removed` rows, one per run of consecutive `seq`s) the
     /// older ones that left.
     fn changes(&mut self) -> Result<Option<RecordBatch>> {
+        if self.stored.is_some() {
+            return Ok(None);
+        }
         let [(left, left_gone), (right, right_gone)] =
             [LEFT, RIGHT].map(|side| self.sides[side].take_changes());
         let parts = self.state_rows(&[left, right])?;
@@ -827,7 +873,17 @@ impl StatefulOperator for StreamJoinOperator {
         for st in self.sides.iter_mut() {
             st.mark_checkpointed();
         }
-        Ok(())
+        self.replace_stored()
+    }
+
+    fn use_store(&mut self, store: Box<dyn StateStore>) -> Result<()> {
+        self.use_stored(store)
+    }
+
+    fn store(&mut self) -> Option<&mut dyn StateStore> {
+        self.stored
+            .as_mut()
+            .map(|s| s.store.as_mut() as &mut dyn StateStore)
     }
 
     fn metrics(&self) -> StateMetrics {

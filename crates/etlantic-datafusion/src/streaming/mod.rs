@@ -10,6 +10,8 @@
 //! - [`operators`]: window/group aggregation and dedup with state, late-row handling;
 //! - [`join`]: stream-stream joins (both sides in state, evicted by the watermark);
 //! - [`processor`]: custom stateful processors (`process` steps: typed state, timers, TTL);
+//! - `store_layout`: the byte layouts of operators' state in a state store (`state_store:
+//!   disk`);
 //! - [`ttl`]: state TTL in processing time (group-bys, dedup, joins without a watermark);
 //! - [`accumulators`]: aggregate state with Spark's result types; `groups`: the groups of
 //!   window and plain aggregations, in buckets by window.
@@ -23,6 +25,7 @@ pub mod processor;
 pub mod program;
 pub mod slots;
 pub mod stateless;
+mod store_layout;
 pub mod ttl;
 
 pub use engine::DataFusionEngine;

@@ -71,6 +71,9 @@ pub struct ProcessorOperator {
     store: BTreeMap<Vec<u8>, Entry>,
     figures: BatchFigures,
     metrics: StateMetrics,
+    /// The state store holding every key's state, when the profile gives one: `store`
+    /// then holds a micro-batch's keys only (see [`stored`]).
+    stored: Option<stored::StoredState>,
 }
 
 impl ProcessorOperator {
@@ -151,6 +154,7 @@ impl ProcessorOperator {
             store: BTreeMap::new(),
             figures: BatchFigures::default(),
             metrics: StateMetrics::default(),
+            stored: None,
         })
     }
 
@@ -471,59 +475,11 @@ impl ProcessorOperator {
         self.processor.close()?;
         self.to_batches(emitted)
     }
-}
 
-const KIND_VALUE: &str = "value";
-const KIND_LIST: &str = "list";
-const KIND_MAP: &str = "map";
-const KIND_TIMER: &str = "timer";
-
-impl StatefulOperator for ProcessorOperator {
-    fn name(&self) -> &'static str {
-        "transformWithStateExec"
-    }
-
-    fn output_schema(&self) -> SchemaRef {
-        self.out_schema.clone()
-    }
-
-    fn process(&mut self, input: &[RecordBatch], ctx: &OpContext) -> Result<OpOutput> {
-        let mut out = OpOutput::default();
-        self.figures = BatchFigures::default();
-        let now = ctx.processing_time_ms;
-        let watermark_ms = ctx
-            .has_watermark
-            .then(|| ctx.evict_watermark_us.div_euclid(1000));
-        let times = TimerValues {
-            processing_time_ms: now,
-            watermark_ms,
-        };
-        let kept = if self.time_mode == TimeMode::EventTime {
-            self.split_late(input, ctx, &mut out)?
-        } else {
-            input.to_vec()
-        };
-        let mut emitted = Vec::new();
-        self.handle_input(&kept, times, ctx.output_mode, &mut emitted)?;
-        let mode = self.time_mode;
-        let due = move |t: i64| match mode {
-            TimeMode::EventTime => watermark_ms.is_some_and(|w| t <= w),
-            TimeMode::ProcessingTime => t <= now,
-            TimeMode::None => false,
-        };
-        self.figures.timers_fired = self.fire_timers(due, times, ctx.output_mode, &mut emitted)?;
-        self.finish_batch(Some(now));
-        out.rows = self.to_batches(emitted)?;
-        if out.rows.is_empty() {
-            out.rows
-                .push(RecordBatch::new_empty(self.out_schema.clone()));
-        }
-        Ok(out)
-    }
-
-    fn snapshot(&self) -> Result<RecordBatch> {
+    /// The snapshot of `store` (see [`StatefulOperator::snapshot`]).
+    fn snapshot_of(&self, store: &BTreeMap<Vec<u8>, Entry>) -> Result<RecordBatch> {
         let mut snap: Vec<SnapRow<'_>> = Vec::new();
-        for (k, e) in &self.store {
+        for (k, e) in store {
             snap.extend(e.state.entries_stored().into_iter().map(|s| SnapRow {
                 key: k,
                 kind: match s.kind {
@@ -588,6 +544,120 @@ impl StatefulOperator for ProcessorOperator {
             snap.iter().map(|r| r.timer),
         )));
         RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).map_err(Error::engine)
+    }
+
+    /// Adds a stored entry of state variable `name` to `state` (a row of a snapshot or
+    /// of the state store). A variable the processor no longer declares is dropped; one
+    /// declared with another kind is an incompatible checkpoint (`ETL802`).
+    fn restore_row(
+        &self,
+        state: &mut KeyState,
+        name: &str,
+        found: StateKind,
+        map_key: Option<Vec<u8>>,
+        value: Vec<u8>,
+        expires_at_ms: Option<i64>,
+    ) -> Result<()> {
+        let Some(slot) = self.decls.iter().position(|d| d.name == name) else {
+            return Ok(());
+        };
+        let want = self.decls[slot].kind;
+        if want != found {
+            return Err(Error::new(
+                &codes::CHECKPOINT_INCOMPATIBLE,
+                format!(
+                    "processor `{}`: state variable `{}` is a {} state in the checkpoint but is declared as a {} state",
+                    self.name,
+                    self.decls[slot].name,
+                    found.as_str(),
+                    want.as_str()
+                ),
+            ));
+        }
+        state
+            .restore_entry(slot, found, map_key, value, expires_at_ms)
+            .map_err(|m| {
+                Error::new(
+                    &codes::CHECKPOINT_CORRUPT,
+                    format!(
+                        "processor `{}` state: a {} row: {m}",
+                        self.name,
+                        found.as_str()
+                    ),
+                )
+            })
+    }
+}
+
+const KIND_VALUE: &str = "value";
+const KIND_LIST: &str = "list";
+const KIND_MAP: &str = "map";
+const KIND_TIMER: &str = "timer";
+
+impl StatefulOperator for ProcessorOperator {
+    fn name(&self) -> &'static str {
+        "transformWithStateExec"
+    }
+
+    fn output_schema(&self) -> SchemaRef {
+        self.out_schema.clone()
+    }
+
+    fn process(&mut self, input: &[RecordBatch], ctx: &OpContext) -> Result<OpOutput> {
+        let mut out = OpOutput::default();
+        self.figures = BatchFigures::default();
+        let now = ctx.processing_time_ms;
+        let watermark_ms = ctx
+            .has_watermark
+            .then(|| ctx.evict_watermark_us.div_euclid(1000));
+        let times = TimerValues {
+            processing_time_ms: now,
+            watermark_ms,
+        };
+        let kept = if self.time_mode == TimeMode::EventTime {
+            self.split_late(input, ctx, &mut out)?
+        } else {
+            input.to_vec()
+        };
+        let due_by = match self.time_mode {
+            TimeMode::EventTime => watermark_ms,
+            TimeMode::ProcessingTime => Some(now),
+            TimeMode::None => None,
+        };
+        // On a state store, the keys this micro-batch can touch come into memory.
+        self.load_keys(&kept, due_by, now)?;
+        let mut emitted = Vec::new();
+        self.handle_input(&kept, times, ctx.output_mode, &mut emitted)?;
+        let mode = self.time_mode;
+        let due = move |t: i64| match mode {
+            TimeMode::EventTime => watermark_ms.is_some_and(|w| t <= w),
+            TimeMode::ProcessingTime => t <= now,
+            TimeMode::None => false,
+        };
+        self.figures.timers_fired = self.fire_timers(due, times, ctx.output_mode, &mut emitted)?;
+        self.finish_batch(Some(now));
+        if let Some(held) = self
+            .stored
+            .is_some()
+            .then(|| self.write_back())
+            .transpose()?
+        {
+            self.metrics.rows_total = held;
+            self.metrics.memory_bytes = self.stored()?.store.memory_bytes();
+        }
+        out.rows = self.to_batches(emitted)?;
+        if out.rows.is_empty() {
+            out.rows
+                .push(RecordBatch::new_empty(self.out_schema.clone()));
+        }
+        Ok(out)
+    }
+
+    fn snapshot(&self) -> Result<RecordBatch> {
+        if self.stored.is_some() {
+            return self.snapshot_of(&self.stored_entries()?);
+        }
+        self.snapshot_of(&self.store)
     }
 
     fn restore(&mut self, state: &RecordBatch) -> Result<()> {
@@ -658,12 +728,6 @@ impl StatefulOperator for ProcessorOperator {
         };
         let (map_keys, values) = (bin("__map_key")?, bin("__value")?);
         let (expires, timers) = (int("__expires_ms")?, int("__timer_ms")?);
-        let index: HashMap<&str, usize> = self
-            .decls
-            .iter()
-            .enumerate()
-            .map(|(i, d)| (d.name.as_str(), i))
-            .collect();
         let mut store: BTreeMap<Vec<u8>, Entry> = BTreeMap::new();
         for i in 0..state.num_rows() {
             let k = rows.row(i).as_ref().to_vec();
@@ -689,51 +753,31 @@ impl StatefulOperator for ProcessorOperator {
                 entry.state.add_timer(timers.value(i));
                 continue;
             }
-            // A state variable the processor no longer declares is dropped.
-            let Some(&slot) = states
-                .is_valid(i)
-                .then(|| index.get(states.value(i)))
-                .flatten()
-            else {
+            if !states.is_valid(i) {
                 continue;
-            };
-            let want = self.decls[slot].kind;
+            }
             let found = match kind {
                 KIND_VALUE => StateKind::Value,
                 KIND_LIST => StateKind::List,
                 KIND_MAP => StateKind::Map,
                 other => return Err(corrupt(format!("unknown row kind `{other}`"))),
             };
-            if want != found {
-                return Err(Error::new(
-                    &codes::CHECKPOINT_INCOMPATIBLE,
-                    format!(
-                        "processor `{}`: state variable `{}` is a {} state in the checkpoint but is declared as a {} state",
-                        self.name,
-                        self.decls[slot].name,
-                        found.as_str(),
-                        want.as_str()
-                    ),
-                ));
-            }
             if values.is_null(i) {
                 return Err(corrupt("a state row without `__value`".into()));
             }
             let map_key = map_keys.is_valid(i).then(|| map_keys.value(i).to_vec());
-            entry
-                .state
-                .restore_entry(
-                    slot,
-                    found,
-                    map_key,
-                    values.value(i).to_vec(),
-                    expires.is_valid(i).then(|| expires.value(i)),
-                )
-                .map_err(|m| corrupt(format!("a {} row: {m}", found.as_str())))?;
+            self.restore_row(
+                &mut entry.state,
+                states.value(i),
+                found,
+                map_key,
+                values.value(i).to_vec(),
+                expires.is_valid(i).then(|| expires.value(i)),
+            )?;
         }
         self.store = store;
         self.metrics.rows_total = self.rows_total();
-        Ok(())
+        self.replace_stored()
     }
 
     fn metrics(&self) -> StateMetrics {
@@ -746,14 +790,21 @@ impl StatefulOperator for ProcessorOperator {
     }
 
     fn has_due_work(&self, watermark_ms: Option<i64>, now_ms: i64) -> bool {
-        let next = self
-            .store
-            .values()
-            .filter_map(|e| e.state.timers().first())
-            .min();
+        let next = match &self.stored {
+            // A store that cannot be read runs the micro-batch, which reports why.
+            Some(_) => match self.first_stored_timer() {
+                Ok(t) => t,
+                Err(_) => return true,
+            },
+            None => self
+                .store
+                .values()
+                .filter_map(|e| e.state.timers().first().copied())
+                .min(),
+        };
         match (self.time_mode, next) {
-            (TimeMode::EventTime, Some(t)) => watermark_ms.is_some_and(|w| *t <= w),
-            (TimeMode::ProcessingTime, Some(t)) => *t <= now_ms,
+            (TimeMode::EventTime, Some(t)) => watermark_ms.is_some_and(|w| t <= w),
+            (TimeMode::ProcessingTime, Some(t)) => t <= now_ms,
             _ => false,
         }
     }
@@ -766,15 +817,34 @@ impl StatefulOperator for ProcessorOperator {
             ("numMapStateVars", count(StateKind::Map)),
             (
                 "numRegisteredTimers",
-                self.store
-                    .values()
-                    .map(|e| e.state.timers().len() as u64)
-                    .sum(),
+                match &self.stored {
+                    Some(stored) => stored.timers,
+                    None => self
+                        .store
+                        .values()
+                        .map(|e| e.state.timers().len() as u64)
+                        .sum(),
+                },
             ),
             ("numExpiredTimers", self.figures.timers_fired),
             ("numDeletedTimers", self.figures.counters.timers_deleted),
             (ROWS_REMOVED_BY_TTL, self.figures.ttl_removed),
         ]
+    }
+
+    fn use_store(
+        &mut self,
+        store: Box<dyn etlantic_runtime::state_store::StateStore>,
+    ) -> Result<()> {
+        self.store.clear();
+        self.stored = Some(stored::StoredState::new(store));
+        Ok(())
+    }
+
+    fn store(&mut self) -> Option<&mut dyn etlantic_runtime::state_store::StateStore> {
+        self.stored
+            .as_mut()
+            .map(|s| s.store.as_mut() as &mut dyn etlantic_runtime::state_store::StateStore)
     }
 
     fn close(&mut self) -> Result<()> {
@@ -792,6 +862,8 @@ struct SnapRow<'a> {
     value: Option<(&'a [u8], Option<i64>)>,
     timer: Option<i64>,
 }
+
+mod stored;
 
 #[cfg(test)]
 mod tests;

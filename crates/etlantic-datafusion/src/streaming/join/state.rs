@@ -570,6 +570,15 @@ impl SideState {
     /// arrival order, and the `seq`s of older entries removed. What is returned counts
     /// as checkpointed.
     pub fn take_changes(&mut self) -> (Vec<Entry>, Vec<u64>) {
+        self.take_changes_as(|_, slot| slot.entry)
+    }
+
+    /// [`Self::take_changes`], each entry with its key's bytes.
+    pub fn take_keyed_changes(&mut self) -> (Vec<(Entry, Vec<u8>)>, Vec<u64>) {
+        self.take_changes_as(|st, slot| (slot.entry, st.slot_key(slot).to_vec()))
+    }
+
+    fn take_changes_as<T>(&mut self, item: impl Fn(&Self, &Slot) -> T) -> (Vec<T>, Vec<u64>) {
         // Changed older entries, then the new ones (slots are in arrival order).
         let mut dirty = std::mem::take(&mut self.dirty_slots);
         dirty.sort_unstable();
@@ -580,18 +589,40 @@ impl SideState {
         for at in dirty {
             let s = &mut self.slots[at as usize];
             s.dirty = false;
-            if s.alive {
-                upserts.push(s.entry);
+            let slot = *s;
+            if slot.alive {
+                upserts.push(item(self, &slot));
             }
         }
         upserts.extend(
             self.slots[first_new..]
                 .iter()
                 .filter(|s| s.alive)
-                .map(|s| s.entry),
+                .map(|s| item(self, s)),
         );
         self.mark_checkpointed();
         (upserts, std::mem::take(&mut self.removed))
+    }
+
+    /// The live entries in arrival order, each with its key's bytes.
+    pub fn keyed_entries(&self) -> Vec<(Entry, Vec<u8>)> {
+        self.slots
+            .iter()
+            .filter(|s| s.alive)
+            .map(|s| (s.entry, self.slot_key(s).to_vec()))
+            .collect()
+    }
+
+    /// The arrival number the next entry gets.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Goes on from arrival number `next_seq` (at least), everything here counting as
+    /// checkpointed: a side holding part of its rows, loaded from a state store.
+    pub fn resume_at(&mut self, next_seq: u64) {
+        self.next_seq = self.next_seq.max(next_seq);
+        self.mark_checkpointed();
     }
 
     /// Everything here counts as checkpointed (after a restore).

@@ -328,3 +328,204 @@ fn a_repeated_unique_key_is_rejected() {
     assert_eq!(out.rows[0].num_rows(), 2);
     assert!(out.duplicates.iter().all(Option::is_none));
 }
+
+/// A batch of `spec`'s rows whose key may be null.
+fn batch_with_nulls(spec: &JoinSideSpec, rows: &[(Option<String>, i64)]) -> RecordBatch {
+    RecordBatch::try_new(
+        spec.schema.clone(),
+        vec![
+            Arc::new(StringArray::from(
+                rows.iter().map(|r| r.0.clone()).collect::<Vec<_>>(),
+            )),
+            Arc::new(
+                TimestampMicrosecondArray::from(
+                    rows.iter().map(|r| r.1 * 1_000_000).collect::<Vec<_>>(),
+                )
+                .with_timezone("UTC"),
+            ),
+        ],
+    )
+    .unwrap()
+}
+
+/// Micro-batch `b` of the disk-store comparison: [`left_rows`] with a null key every
+/// fifth batch and a late row every third; [`right_rows`] with, unless the right side
+/// is unique, a second row of an older key.
+fn disk_case_batches(l: &JoinLayout, b: i64) -> ([RecordBatch; 1], [RecordBatch; 1]) {
+    let mut left: Vec<(Option<String>, i64)> = left_rows(b)
+        .into_iter()
+        .map(|(k, t)| (Some(k), t))
+        .collect();
+    if b % 5 == 0 {
+        left.push((None, b * 10 + 1));
+    }
+    if b % 3 == 0 {
+        left.push((Some(format!("k{}", b % 13)), b * 10 - 50));
+    }
+    let mut right: Vec<(Option<String>, i64)> = right_rows(b)
+        .into_iter()
+        .map(|(k, t)| (Some(k), t))
+        .collect();
+    if !l.right.unique {
+        right.push((Some(format!("k{}", (b * 5) % 13)), b * 10 + 3));
+    }
+    (
+        [batch_with_nulls(&l.left, &left)],
+        [batch_with_nulls(&l.right, &right)],
+    )
+}
+
+/// On the disk store, a join gives the in-memory join's rows, late and rejected rows,
+/// metrics and snapshots, micro-batch by micro-batch — for every join type, with a side
+/// unique on the key, and with a state TTL instead of a watermark — and a store restored
+/// on another working copy from the checkpoint alone goes on like the in-memory join
+/// restored from its snapshot.
+#[test]
+fn on_the_disk_store_it_behaves_like_in_memory() {
+    use crate::streaming::operators::test_disk_store;
+    let dir = tempfile::tempdir().unwrap();
+    let unique_right = |join_type| {
+        let mut l = layout(join_type, true, true, true);
+        l.right.unique = true;
+        l
+    };
+    let cases: Vec<(&str, JoinLayout, Option<&str>)> = vec![
+        ("inner", layout(JoinType::Inner, true, true, true), None),
+        ("left", layout(JoinType::Left, true, true, true), None),
+        ("right", layout(JoinType::Right, true, true, true), None),
+        ("full", layout(JoinType::Full, true, true, true), None),
+        ("inner, unique right", unique_right(JoinType::Inner), None),
+        ("left, unique right", unique_right(JoinType::Left), None),
+        (
+            "inner, no watermark, TTL",
+            layout(JoinType::Inner, false, false, false),
+            Some("25 seconds"),
+        ),
+        (
+            "full, TTL",
+            layout(JoinType::Full, true, true, true),
+            Some("40 seconds"),
+        ),
+    ];
+    const BATCHES: i64 = 24;
+    const RESTORED_AT: i64 = 11;
+    for (label, l, ttl) in cases {
+        let build = || {
+            let mut op = StreamJoinOperator::new(l.clone()).unwrap();
+            if let Some(t) = ttl {
+                op.set_state_ttl(t.parse().unwrap()).unwrap();
+            }
+            op
+        };
+        let context = |b: i64| OpContext {
+            processing_time_ms: b * 10_000,
+            ..ctx(b * 10 - 30)
+        };
+        let checkpoint = format!("checkpoint-{label}");
+        let mut memory = build();
+        let mut disk = build();
+        disk.use_store(test_disk_store(
+            dir.path(),
+            &format!("a-{label}"),
+            &checkpoint,
+        ))
+        .unwrap();
+        let mut restored_snapshot = None;
+        let compare =
+            |memory: &mut StreamJoinOperator, disk: &mut StreamJoinOperator, b: i64, what: &str| {
+                let (left, right) = disk_case_batches(&l, b);
+                let want = memory.process_pair(&left, &right, &context(b)).unwrap();
+                let got = disk.process_pair(&left, &right, &context(b)).unwrap();
+                let at = format!("{label}, {what} batch {b}");
+                assert_eq!(sorted_rows(&got.rows), sorted_rows(&want.rows), "{at}");
+                assert_eq!(got.late_count, want.late_count, "{at}");
+                for side in [LEFT, RIGHT] {
+                    assert_eq!(
+                        got.duplicates[side].as_ref().map(RecordBatch::num_rows),
+                        want.duplicates[side].as_ref().map(RecordBatch::num_rows),
+                        "{at}"
+                    );
+                }
+                let (m, d) = (memory.metrics(), disk.metrics());
+                assert_eq!(
+                    (d.rows_total, d.rows_updated, d.rows_removed),
+                    (m.rows_total, m.rows_updated, m.rows_removed),
+                    "{at}"
+                );
+                assert_eq!(disk.custom_metrics(), memory.custom_metrics(), "{at}");
+                assert_eq!(disk.snapshot().unwrap(), memory.snapshot().unwrap(), "{at}");
+                let emitted: usize = want.rows.iter().map(RecordBatch::num_rows).sum();
+                (emitted, m.rows_removed)
+            };
+        let (mut emitted, mut removed) = (0, 0);
+        for b in 0..BATCHES {
+            let (e, r) = compare(&mut memory, &mut disk, b, "");
+            emitted += e;
+            removed += r;
+            disk.store().unwrap().commit(b as u64 + 1).unwrap();
+            if b + 1 == RESTORED_AT {
+                restored_snapshot = Some(memory.snapshot().unwrap());
+            }
+        }
+        assert!(emitted > 0, "{label}: the case joins rows");
+        assert!(removed > 0, "{label}: the case removes rows");
+        // Another machine: the checkpoint alone, version RESTORED_AT.
+        let mut moved = build();
+        moved
+            .use_store(test_disk_store(
+                dir.path(),
+                &format!("b-{label}"),
+                &checkpoint,
+            ))
+            .unwrap();
+        moved
+            .store()
+            .unwrap()
+            .restore(Some(RESTORED_AT as u64))
+            .unwrap();
+        let mut again = build();
+        again.restore(&restored_snapshot.unwrap()).unwrap();
+        assert_eq!(
+            moved.snapshot().unwrap(),
+            again.snapshot().unwrap(),
+            "{label}"
+        );
+        for b in RESTORED_AT..BATCHES {
+            compare(&mut again, &mut moved, b, "restored,");
+        }
+    }
+}
+
+/// A join on the disk store restored from a snapshot (the runtime's rebuild from
+/// snapshots and changelogs) holds that snapshot's rows in its store.
+#[test]
+fn a_snapshot_restores_into_the_disk_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let l = layout(JoinType::Full, true, true, true);
+    let mut a = StreamJoinOperator::new(l.clone()).unwrap();
+    let left = [batch(&l.left, &[("a", 100), ("b", 101), ("c", 102)])];
+    let right = [batch(&l.right, &[("a", 105), ("z", 90)])];
+    a.process_pair(&left, &right, &ctx(0)).unwrap();
+    let snap = a.snapshot().unwrap();
+    let mut b = StreamJoinOperator::new(l.clone()).unwrap();
+    b.use_store(crate::streaming::operators::test_disk_store(
+        dir.path(),
+        "local",
+        "checkpoint",
+    ))
+    .unwrap();
+    b.restore(&snap).unwrap();
+    assert_eq!(b.snapshot().unwrap(), snap);
+    assert!(
+        b.sides.iter().all(|s| s.rows == 0),
+        "nothing stays in memory"
+    );
+    let next_l = [batch(&l.left, &[("b", 500)])];
+    let next_r = [batch(&l.right, &[("c", 500)])];
+    let oa = a.process_pair(&next_l, &next_r, &ctx(400)).unwrap();
+    let ob = b.process_pair(&next_l, &next_r, &ctx(400)).unwrap();
+    assert_eq!(sorted_rows(&oa.rows), sorted_rows(&ob.rows));
+    assert_eq!(oa.rows[0].num_rows(), 3);
+    assert_eq!(b.metrics().rows_total, 2);
+    assert_eq!(a.snapshot().unwrap(), b.snapshot().unwrap());
+}

@@ -4,6 +4,7 @@
 
 mod input;
 mod stored;
+mod stored_sessions;
 #[cfg(test)]
 mod tests;
 
@@ -245,11 +246,16 @@ impl StatefulOperator for AggregateOperator {
         let mut updated = 0u64;
         let now_ms = ctx.processing_time_ms;
         self.now_ms = now_ms;
+        let session = matches!(self.geometry(), Some(Geometry::Session(_)));
+        // On a state store, the groups this micro-batch can touch come into memory.
+        if session {
+            self.load_sessions(input, ctx)?;
+        } else {
+            self.load_expiring(now_ms)?;
+        }
         // Groups whose TTL ran out are gone before the input is applied.
-        self.load_expiring(now_ms)?;
         let expired = self.expire_ttl(now_ms);
         self.ttl_removed = expired.0;
-        let session = matches!(self.geometry(), Some(Geometry::Session(_)));
         let late = if session {
             let mut late = Vec::new();
             for (b, batch) in input.iter().enumerate().filter(|(_, b)| b.num_rows() > 0) {
@@ -283,7 +289,9 @@ impl StatefulOperator for AggregateOperator {
         }
 
         // Emit and evict.
-        self.load_for_output(ctx)?;
+        if !session {
+            self.load_for_output(ctx)?;
+        }
         let mut removed = Vec::new();
         let evicted = match ctx.output_mode {
             OutputMode::Complete => {
@@ -318,7 +326,9 @@ impl StatefulOperator for AggregateOperator {
                 n
             }
         };
-        if self.stored.is_some() {
+        if self.stored.is_some() && session {
+            self.write_back_sessions()?;
+        } else if self.stored.is_some() {
             removed.push(Evicted::Windows(expired.1, self.store.width()));
             let gone: Vec<stored::Removed> = removed
                 .iter()
@@ -354,6 +364,11 @@ impl StatefulOperator for AggregateOperator {
     }
 
     fn snapshot(&self) -> Result<RecordBatch> {
+        if self.stored.is_some() && matches!(self.geometry(), Some(Geometry::Session(_))) {
+            let all = self.stored_sessions()?;
+            let groups: Vec<GroupRef<'_>> = all.iter().map(Group::as_ref).collect();
+            return self.snapshot_of(&groups);
+        }
         if let Some(stored) = &self.stored {
             let all = self.stored_groups(stored)?;
             let groups: Vec<GroupRef<'_>> = all.groups().collect();
@@ -371,13 +386,8 @@ impl StatefulOperator for AggregateOperator {
     }
 
     fn use_store(&mut self, store: Box<dyn StateStore>) -> Result<()> {
-        if matches!(self.geometry(), Some(Geometry::Session(_))) {
-            return Err(store_unsupported(
-                self.name(),
-                "session windows keep their state in memory only (docs/streaming.md)",
-            ));
-        }
         self.store.clear();
+        self.sessions.clear();
         self.stored = Some(StoredGroups::new(store));
         Ok(())
     }

@@ -18,6 +18,7 @@
 
 use super::dedup::Seen;
 use super::StateStore;
+use crate::streaming::store_layout::{read_count, through, time_key, unordered};
 use etlantic_core::diagnostics::Result;
 use etlantic_runtime::state_store::StoreWrites;
 
@@ -28,28 +29,9 @@ const COUNT: &[u8] = b"m";
 /// Past every prefix above.
 const END: &[u8] = &[0xff];
 
-/// `prefix` then `t` in an order bytes compare like the numbers (sign bit flipped, big
-/// endian), then `key`.
-fn time_key(prefix: u8, t: i64, key: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(9 + key.len());
-    out.push(prefix);
-    out.extend_from_slice(&((t as u64) ^ (1 << 63)).to_be_bytes());
-    out.extend_from_slice(key);
-    out
-}
-
-/// The end (excluded) of the index entries at or before `t`.
-fn through(prefix: u8, t: i64) -> Vec<u8> {
-    match t.checked_add(1) {
-        Some(next) => time_key(prefix, next, &[]),
-        None => vec![prefix + 1],
-    }
-}
-
 /// The time and key of an index entry.
 fn split_index(entry: &[u8]) -> Option<(i64, &[u8])> {
-    let t: [u8; 8] = entry.get(1..9)?.try_into().ok()?;
-    Some(((u64::from_be_bytes(t) ^ (1 << 63)) as i64, &entry[9..]))
+    Some((unordered(entry.get(1..)?)?, entry.get(9..)?))
 }
 
 fn key_entry(key: &[u8]) -> Vec<u8> {
@@ -91,14 +73,7 @@ pub(super) struct StoredKeys {
 impl StoredKeys {
     /// Keys held.
     pub(super) fn count(&self) -> Result<u64> {
-        Ok(match self.store.get(COUNT)? {
-            Some(b) => u64::from_le_bytes(
-                b.as_slice()
-                    .try_into()
-                    .map_err(|_| super::corrupt_state("dedup", "the key count is not 8 bytes"))?,
-            ),
-            None => 0,
-        })
+        read_count(self.store.as_ref(), COUNT, "dedup")
     }
 
     /// Which of `keys` (distinct) are held.
@@ -119,10 +94,10 @@ impl StoredKeys {
         for (key, seen) in added {
             w.put(key_entry(key), encode(*seen).to_vec());
             if let (true, Some(t)) = (self.by_event_time, seen.value) {
-                w.put(time_key(BY_EVENT_TIME, t, key), Vec::new());
+                w.put(time_key(&[BY_EVENT_TIME], t, key), Vec::new());
             }
             if let (true, Some(t)) = (self.by_first_seen, seen.first_seen_ms) {
-                w.put(time_key(BY_FIRST_SEEN, t, key), Vec::new());
+                w.put(time_key(&[BY_FIRST_SEEN], t, key), Vec::new());
             }
         }
         w.put(COUNT.to_vec(), count.to_le_bytes().to_vec());
@@ -132,7 +107,7 @@ impl StoredKeys {
     /// Forgets the keys whose index `prefix` time is at or before `t` (event time for the
     /// watermark, first-seen time for the TTL); returns how many.
     pub(super) fn forget_through(&mut self, prefix: u8, t: i64, operator: &str) -> Result<u64> {
-        let upper = through(prefix, t);
+        let upper = through(&[prefix], t);
         let mut entries: Vec<Vec<u8>> = Vec::new();
         self.store.scan(&[prefix], Some(&upper), &mut |k, _| {
             entries.push(k.to_vec());
@@ -167,10 +142,10 @@ impl StoredKeys {
             // The key's entry in the other index goes with it.
             match (prefix, seen.value, seen.first_seen_ms) {
                 (BY_FIRST_SEEN, Some(v), _) if self.by_event_time => {
-                    w.delete(time_key(BY_EVENT_TIME, v, key))
+                    w.delete(time_key(&[BY_EVENT_TIME], v, key))
                 }
                 (BY_EVENT_TIME, _, Some(f)) if self.by_first_seen => {
-                    w.delete(time_key(BY_FIRST_SEEN, f, key))
+                    w.delete(time_key(&[BY_FIRST_SEEN], f, key))
                 }
                 _ => {}
             }
@@ -233,19 +208,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn index_keys_order_like_their_times() {
-        let times = [i64::MIN, -5, -1, 0, 1, 7, i64::MAX];
-        let keys: Vec<Vec<u8>> = times.iter().map(|t| time_key(b'e', *t, b"x")).collect();
-        let mut sorted = keys.clone();
-        sorted.sort();
-        assert_eq!(keys, sorted);
-        for t in times {
+    fn index_entries_split_and_seen_round_trips() {
+        for t in [i64::MIN, -1, 0, i64::MAX] {
             assert_eq!(
-                split_index(&time_key(b'e', t, b"key")),
+                split_index(&time_key(&[BY_EVENT_TIME], t, b"key")),
                 Some((t, &b"key"[..]))
             );
-            assert!(time_key(b'e', t, b"\xff\xff") < through(b'e', t));
         }
+        assert_eq!(split_index(b"e123"), None);
         let seen = Seen {
             value: Some(-3),
             first_seen_ms: None,

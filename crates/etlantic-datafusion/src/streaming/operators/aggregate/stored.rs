@@ -20,45 +20,34 @@
 //! removed by the range delete that passes it.
 
 use super::*;
+use crate::streaming::store_layout::{self, read_count, time_key, unordered};
 use etlantic_runtime::state_store::StoreWrites;
 
 const GROUP: u8 = b'g';
 const BY_EVENT_KEY: u8 = b'e';
-const BY_UPDATE: u8 = b'p';
-const COUNT: &[u8] = b"m";
-
-/// `t` in an order bytes compare like the numbers.
-fn ordered(t: i64) -> [u8; 8] {
-    ((t as u64) ^ (1 << 63)).to_be_bytes()
-}
+pub(super) const BY_UPDATE: u8 = b'p';
+pub(super) const COUNT: &[u8] = b"m";
 
 fn group_key(start: i64, key: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(9 + key.len());
-    out.push(GROUP);
-    out.extend_from_slice(&ordered(start));
-    out.extend_from_slice(key);
-    out
+    time_key(&[GROUP], start, key)
 }
 
 /// An index entry: `prefix`, the time, then the group's key without its tag.
 fn index_key(prefix: u8, t: i64, group: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(8 + group.len());
-    out.push(prefix);
-    out.extend_from_slice(&ordered(t));
-    out.extend_from_slice(&group[1..]);
-    out
+    time_key(&[prefix], t, &group[1..])
 }
 
 /// The end (excluded) of the entries of `prefix` at or before `t`.
 fn through(prefix: u8, t: i64) -> Vec<u8> {
-    match t.checked_add(1) {
-        Some(next) => {
-            let mut out = vec![prefix];
-            out.extend_from_slice(&ordered(next));
-            out
-        }
-        None => vec![prefix + 1],
-    }
+    store_layout::through(&[prefix], t)
+}
+
+/// A group's value in the store, decoded.
+pub(super) struct DecodedGroup {
+    pub(super) end: i64,
+    pub(super) event_key: Option<i64>,
+    pub(super) updated_ms: Option<i64>,
+    pub(super) accs: Vec<Acc>,
 }
 
 /// A group a micro-batch removed (evicted or expired), to delete from the store.
@@ -74,6 +63,9 @@ pub(super) struct StoredGroups {
     /// The store keys of the groups in memory this micro-batch, and whether the store
     /// held them before it.
     in_memory: HashMap<Vec<u8>, bool>,
+    /// Session windows: the sessions in memory this micro-batch that the store holds, by
+    /// id, with the end and update time they are indexed by.
+    pub(super) sessions_loaded: HashMap<Vec<u8>, (i64, Option<i64>)>,
 }
 
 impl StoredGroups {
@@ -81,28 +73,22 @@ impl StoredGroups {
         StoredGroups {
             store,
             in_memory: HashMap::default(),
+            sessions_loaded: HashMap::default(),
         }
     }
 
     /// Groups held.
     pub(super) fn count(&self) -> Result<u64> {
-        Ok(match self.store.get(COUNT)? {
-            Some(b) => u64::from_le_bytes(
-                b.as_slice()
-                    .try_into()
-                    .map_err(|_| corrupt_state("aggregation", "the group count is not 8 bytes"))?,
-            ),
-            None => 0,
-        })
+        read_count(self.store.as_ref(), COUNT, OP)
     }
 }
 
-const OP: &str = "aggregation";
+pub(super) const OP: &str = "aggregation";
 
 impl AggregateOperator {
     /// A group's value in the store: its end, flags (bit 0: an event-time key, bit 1:
     /// an update time), both (i64 LE, 0 when absent), then its accumulators.
-    fn encode_group(&self, g: &GroupRef<'_>) -> Result<Vec<u8>> {
+    pub(super) fn encode_group(&self, g: &GroupRef<'_>) -> Result<Vec<u8>> {
         let mut out = Vec::with_capacity(25 + 16 * g.accs.len());
         out.extend_from_slice(&g.end.to_le_bytes());
         out.push(u8::from(g.event_key.is_some()) | (u8::from(g.updated_ms.is_some()) << 1));
@@ -110,6 +96,28 @@ impl AggregateOperator {
         out.extend_from_slice(&g.updated_ms.unwrap_or(0).to_le_bytes());
         self.accs.encode(g.accs, &mut out)?;
         Ok(out)
+    }
+
+    /// A group's value ([`Self::encode_group`]): its end, event-time key, update time
+    /// and accumulators.
+    pub(super) fn decode_group(&self, value: &[u8]) -> Result<DecodedGroup> {
+        let bad = || corrupt_state(OP, "a group entry is too short");
+        let int = |at: usize| -> Result<i64> {
+            Ok(i64::from_le_bytes(
+                value
+                    .get(at..at + 8)
+                    .ok_or_else(bad)?
+                    .try_into()
+                    .map_err(|_| bad())?,
+            ))
+        };
+        let flags = *value.get(8).ok_or_else(bad)?;
+        Ok(DecodedGroup {
+            end: int(0)?,
+            event_key: (flags & 1 != 0).then(|| int(9)).transpose()?,
+            updated_ms: (flags & 2 != 0).then(|| int(17)).transpose()?,
+            accs: self.accs.decode(value.get(25..).ok_or_else(bad)?)?,
+        })
     }
 
     /// A group entry of the store: its start, end, event-time key, update time and
@@ -120,28 +128,10 @@ impl AggregateOperator {
         key: &[u8],
         value: &[u8],
     ) -> Result<(i64, i64, Option<i64>, Option<i64>, Vec<Acc>)> {
-        let bad = || corrupt_state(OP, "a group entry is too short");
-        let start_bytes: [u8; 8] = key
-            .get(1..9)
-            .ok_or_else(bad)?
-            .try_into()
-            .map_err(|_| bad())?;
-        let start = (u64::from_be_bytes(start_bytes) ^ (1 << 63)) as i64;
-        let int = |at: usize| -> Result<i64> {
-            Ok(i64::from_le_bytes(
-                value
-                    .get(at..at + 8)
-                    .ok_or_else(bad)?
-                    .try_into()
-                    .map_err(|_| bad())?,
-            ))
-        };
-        let end = int(0)?;
-        let flags = *value.get(8).ok_or_else(bad)?;
-        let event_key = (flags & 1 != 0).then(|| int(9)).transpose()?;
-        let updated_ms = (flags & 2 != 0).then(|| int(17)).transpose()?;
-        let accs = self.accs.decode(value.get(25..).ok_or_else(bad)?)?;
-        Ok((start, end, event_key, updated_ms, accs))
+        let start = unordered(key.get(1..).unwrap_or_default())
+            .ok_or_else(|| corrupt_state(OP, "a group key is too short"))?;
+        let g = self.decode_group(value)?;
+        Ok((start, g.end, g.event_key, g.updated_ms, g.accs))
     }
 
     /// Puts a group read from the store (key `key`, value `value`) into memory.
@@ -160,7 +150,7 @@ impl AggregateOperator {
         Ok(())
     }
 
-    fn stored(&self) -> Result<&StoredGroups> {
+    pub(super) fn stored(&self) -> Result<&StoredGroups> {
         self.stored
             .as_ref()
             .ok_or_else(|| Error::engine("internal: the aggregation has no state store"))
@@ -373,10 +363,18 @@ impl AggregateOperator {
             w.put(key, self.encode_group(&g)?);
             count += 1;
         }
+        for list in self.sessions.values() {
+            for g in list {
+                self.put_session(g, &mut w)?;
+                count += 1;
+            }
+        }
         w.put(COUNT.to_vec(), count.to_le_bytes().to_vec());
         let stored = self.stored.as_mut().expect("checked above");
         stored.store.write(w)?;
+        stored.sessions_loaded.clear();
         self.store.clear();
+        self.sessions.clear();
         Ok(())
     }
 }

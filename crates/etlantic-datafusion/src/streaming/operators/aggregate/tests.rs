@@ -253,8 +253,8 @@ fn restoring_state_of_another_shape_is_etl801_not_a_panic() {
 }
 
 /// On the disk store (RocksDB) the aggregation emits what it emits in memory, and holds
-/// the same groups after every micro-batch: tumbling and sliding windows and a plain
-/// group-by, in every output mode, with a state TTL, over micro-batches whose watermark
+/// the same groups after every micro-batch: tumbling, sliding and session windows and a
+/// plain group-by, in every output mode, with a state TTL, over micro-batches whose watermark
 /// closes windows; and a store restored on another working copy goes on alike.
 #[test]
 fn on_the_disk_store_it_behaves_like_in_memory() {
@@ -285,6 +285,7 @@ fn on_the_disk_store_it_behaves_like_in_memory() {
     let kinds = [
         ("tumbling", Some(Geometry::Tumbling(10 * SEC))),
         ("sliding", Some(Geometry::Sliding(20 * SEC, 5 * SEC))),
+        ("session", Some(Geometry::Session(SEC / 2))),
         ("plain", None),
     ];
     for (kind, geometry) in kinds {
@@ -362,16 +363,4 @@ fn on_the_disk_store_it_behaves_like_in_memory() {
             }
         }
     }
-}
-
-/// Session windows keep their state in memory only: the disk store is refused with
-/// ETL435, never used half-way.
-#[test]
-fn session_windows_refuse_the_disk_store() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = test_disk_store(dir.path(), "local", "checkpoint");
-    let err = operator(Geometry::Session(10 * SEC))
-        .use_store(store)
-        .unwrap_err();
-    assert_eq!(err.code(), "ETL435", "{err}");
 }
