@@ -58,7 +58,7 @@ pub mod state_files;
 pub mod state_log;
 
 pub use changes::{
-    apply_changes, changes_batch, removed_rows, removed_runs, REMOVED, REMOVED_THROUGH,
+    apply_chain, apply_changes, changes_batch, removed_rows, removed_runs, REMOVED, REMOVED_THROUGH,
 };
 pub use records::{
     whole_snapshot_due, CommitEntry, Metadata, OffsetEntry, SourceRange, FULL_SNAPSHOT_EVERY,

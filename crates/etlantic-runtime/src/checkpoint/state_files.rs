@@ -1,7 +1,7 @@
 //! The operators' state files: whole snapshots as Arrow IPC files, and the state log
 //! (see [`super::state_log`]) for changes and logged whole states.
 
-use super::changes::apply_changes;
+use super::changes::apply_chain;
 use super::records::{corrupt_file, io_err, KEPT_VERSIONS};
 use super::state_log::{LogEntry, Logged, StateLog};
 use arrow::array::RecordBatch;
@@ -168,11 +168,9 @@ impl StateFiles {
         let Some(identity) = identity else {
             return Ok(base);
         };
-        let mut state = base;
-        for d in deltas.iter().rev() {
-            state = Some(apply_changes(state.as_ref(), d, identity)?);
-        }
-        Ok(state)
+        // `deltas` are newest first; the chain is applied in one pass.
+        deltas.reverse();
+        Ok(Some(apply_chain(base.as_ref(), &deltas, identity)?))
     }
 
     fn read_file(&self, path: &str) -> Result<Option<RecordBatch>> {
