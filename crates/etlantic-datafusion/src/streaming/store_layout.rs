@@ -7,7 +7,7 @@
 
 use etlantic_core::diagnostics::Result;
 use etlantic_runtime::engine::corrupt_state;
-use etlantic_runtime::state_store::StateStore;
+use etlantic_runtime::state_store::{StateStore, StoreWrites};
 
 /// `t` in 8 bytes that compare like the numbers.
 pub(crate) fn ordered(t: i64) -> [u8; 8] {
@@ -73,6 +73,14 @@ pub(crate) fn split_keyed_id(id: &[u8]) -> Option<(&[u8], [u8; 8])> {
     let key = id.get(4..4 + len)?;
     let suffix = id.get(4 + len..)?.try_into().ok()?;
     Some((key, suffix))
+}
+
+/// Deletes every key of `store` (a restore from a snapshot replaces the whole state).
+/// The operators' keys all start with an ASCII tag, so one range covers them.
+pub(crate) fn clear_store(store: &mut dyn StateStore) -> Result<()> {
+    let mut w = StoreWrites::default();
+    w.delete_range(vec![0], vec![0xff]);
+    store.write(w)
 }
 
 /// The counter at `key` (u64 LE; 0 when absent).

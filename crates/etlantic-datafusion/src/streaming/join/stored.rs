@@ -22,7 +22,7 @@
 
 use super::*;
 use crate::streaming::store_layout::{
-    key_prefix, keyed_id, prefix_end, read_count, split_keyed_id, through, time_key,
+    clear_store, key_prefix, keyed_id, prefix_end, read_count, split_keyed_id, through, time_key,
 };
 use etlantic_runtime::engine::{corrupt_state, store_unsupported};
 use etlantic_runtime::state_store::{StateStore, StoreWrites};
@@ -408,9 +408,7 @@ impl StreamJoinOperator {
         let Some(stored) = self.stored.as_mut() else {
             return Ok(());
         };
-        let mut w = StoreWrites::default();
-        w.delete_range(vec![0], vec![0xff]);
-        stored.store.write(w)?;
+        clear_store(stored.store.as_mut())?;
         stored.loaded = Default::default();
         let mut w = StoreWrites::default();
         for side in [LEFT, RIGHT] {

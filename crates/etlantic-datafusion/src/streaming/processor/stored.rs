@@ -17,7 +17,7 @@
 //! The indexes are kept exact: a key's entries go and come with its state.
 
 use super::*;
-use crate::streaming::store_layout::{read_count, through, time_key, unordered};
+use crate::streaming::store_layout::{clear_store, read_count, through, time_key, unordered};
 use etlantic_runtime::engine::corrupt_state;
 use etlantic_runtime::state_store::{StateStore, StoreWrites};
 
@@ -326,13 +326,23 @@ impl ProcessorOperator {
             timers += state.timers().len() as u64;
             Self::put_key(k, state, value, &mut w);
         }
+        self.finish_writes(w, rows, timers)?;
+        Ok(rows)
+    }
+
+    /// Writes `w` with the counters (`rows` state rows, `timers` timers), then drops
+    /// the keys from memory.
+    fn finish_writes(&mut self, mut w: StoreWrites, rows: u64, timers: u64) -> Result<()> {
         w.put(ROWS.to_vec(), rows.to_le_bytes().to_vec());
         w.put(TIMERS.to_vec(), timers.to_le_bytes().to_vec());
-        let stored = self.stored.as_mut().expect("checked above");
+        let stored = self
+            .stored
+            .as_mut()
+            .ok_or_else(|| Error::engine("internal: the processor has no state store"))?;
         stored.store.write(w)?;
         stored.timers = timers;
         self.store.clear();
-        Ok(rows)
+        Ok(())
     }
 
     /// Replaces what the store holds with the state in memory, then drops it from
@@ -341,9 +351,7 @@ impl ProcessorOperator {
         let Some(stored) = self.stored.as_mut() else {
             return Ok(());
         };
-        let mut w = StoreWrites::default();
-        w.delete_range(vec![0], vec![0xff]);
-        stored.store.write(w)?;
+        clear_store(stored.store.as_mut())?;
         stored.loaded.clear();
         let mut w = StoreWrites::default();
         let (mut rows, mut timers) = (0u64, 0u64);
@@ -352,13 +360,7 @@ impl ProcessorOperator {
             timers += e.state.timers().len() as u64;
             Self::put_key(k, &e.state, self.encode_state(&e.state), &mut w);
         }
-        w.put(ROWS.to_vec(), rows.to_le_bytes().to_vec());
-        w.put(TIMERS.to_vec(), timers.to_le_bytes().to_vec());
-        let stored = self.stored.as_mut().expect("checked above");
-        stored.store.write(w)?;
-        stored.timers = timers;
-        self.store.clear();
-        Ok(())
+        self.finish_writes(w, rows, timers)
     }
 
     /// Every key of the store with its state (for a snapshot).

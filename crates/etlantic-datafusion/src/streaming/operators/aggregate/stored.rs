@@ -20,7 +20,7 @@
 //! removed by the range delete that passes it.
 
 use super::*;
-use crate::streaming::store_layout::{self, read_count, time_key, unordered};
+use crate::streaming::store_layout::{self, clear_store, read_count, time_key, unordered};
 use etlantic_runtime::state_store::StoreWrites;
 
 const GROUP: u8 = b'g';
@@ -347,9 +347,7 @@ impl AggregateOperator {
         let Some(stored) = self.stored.as_mut() else {
             return Ok(());
         };
-        let mut w = StoreWrites::default();
-        w.delete_range(vec![0], vec![0xff]);
-        stored.store.write(w)?;
+        clear_store(stored.store.as_mut())?;
         let mut w = StoreWrites::default();
         let mut count = 0u64;
         for g in self.store.groups() {
