@@ -16,6 +16,7 @@
 //! copy kept and deleted before the restart.
 
 mod common;
+use common::crash::quarantined;
 
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -214,20 +215,6 @@ fn committed(dir: &Path) -> Vec<String> {
     }
     rows.sort();
     rows
-}
-
-fn quarantined(dir: &Path) -> Vec<String> {
-    let path = dir.join("out/quarantine.jsonl");
-    if !path.exists() {
-        return vec![];
-    }
-    let mut v: Vec<String> = etlantic_runtime::quarantine::read_quarantine(path)
-        .unwrap()
-        .iter()
-        .map(|l| json!({"code": l["code"], "raw": l["raw"], "batch": l["batch_id"]}).to_string())
-        .collect();
-    v.sort();
-    v
 }
 
 fn row(imp: Option<(i64, &str)>, click: Option<(i64, &str)>) -> String {

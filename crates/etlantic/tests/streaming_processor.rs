@@ -21,6 +21,7 @@
 //! | 6 | (no data) | 02:50 | u4 02:00–02:30 (1) |
 
 mod common;
+use common::crash::quarantined;
 
 use arrow::array::Array;
 use serde_json::{json, Value};
@@ -263,20 +264,6 @@ fn expected_stream() -> Vec<String> {
         session("u2", "00:50", "01:45", 2),
         session("u4", "02:00", "02:30", 1),
     ];
-    v.sort();
-    v
-}
-
-fn quarantined(dir: &Path) -> Vec<String> {
-    let path = dir.join("out/quarantine.jsonl");
-    if !path.exists() {
-        return vec![];
-    }
-    let mut v: Vec<String> = etlantic_runtime::quarantine::read_quarantine(path)
-        .unwrap()
-        .iter()
-        .map(|l| json!({"code": l["code"], "raw": l["raw"], "batch": l["batch_id"]}).to_string())
-        .collect();
     v.sort();
     v
 }
