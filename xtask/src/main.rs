@@ -61,6 +61,11 @@ enum Cmd {
         /// Comma-separated generator event counts (`state`; default 1000000,5000000).
         #[arg(long)]
         sizes: Option<String>,
+        /// Further options for the benchmark program after `--` (`state`: `--stores disk`,
+        /// `--per-batch 250000`, `--query join`, `--memory-limit 128MB`); with them the
+        /// rows are printed and the docs' table is left as it is.
+        #[arg(last = true)]
+        extra: Vec<String>,
     },
     /// A randomized differential test against Apache Spark: generates `--count` small
     /// streaming scenarios (seeded), records them on a local Spark (pyspark), replays them
@@ -230,6 +235,14 @@ fn ensure_etlantic_py() -> Result<()> {
 /// `etlantic_spark_compat::local::SPARK_VENV` looks in). Java 17 runs it.
 fn ensure_pyspark() -> Result<()> {
     ensure_venv(".cache/etlantic-spark-venv", "pyspark", "pyspark==4.3.0")
+}
+
+/// The object-store tests start a local S3-compatible server, `moto`'s server mode, from
+/// this virtualenv (the path `etlantic_object_store::testing` looks in): it honours
+/// conditional creates as AWS S3 does, starts in about a second, and keeps its objects in
+/// memory.
+fn ensure_s3_server() -> Result<()> {
+    ensure_venv(".cache/etlantic-s3-venv", "moto", "moto[server]==5.2.6")
 }
 
 /// Builds the workspace's tests, then removes the executables in `target/debug/deps`
@@ -458,12 +471,14 @@ fn main() -> Result<()> {
             ensure_postgres()?;
             ensure_etlantic_py()?;
             ensure_pyspark()?;
+            ensure_s3_server()?;
         }
         Cmd::Ci => {
             ensure_build_tools()?;
             ensure_postgres()?;
             ensure_etlantic_py()?;
             ensure_pyspark()?;
+            ensure_s3_server()?;
             build_tests_and_prune(&root)?;
             run(Command::new(cargo()).current_dir(&root).args([
                 "test",
@@ -509,6 +524,7 @@ fn main() -> Result<()> {
             runs,
             events,
             sizes,
+            extra,
         } => {
             ensure_build_tools()?;
             match name.as_str() {
@@ -582,13 +598,18 @@ fn main() -> Result<()> {
                     // State that only grows, on the memory and the disk store; writes
                     // docs/state.md.
                     let sizes = sizes.unwrap_or_else(|| "1000000,5000000".into());
-                    run(Command::new(cargo())
-                        .current_dir(&root)
+                    let mut cmd = Command::new(cargo());
+                    cmd.current_dir(&root)
                         .args(["bench", "-p", "etlantic-testkit", "--no-default-features"])
                         .args(["--features", "disk-state"])
                         .args(["--bench", "state", "--"])
-                        .args(["--events", &sizes, "--markdown"])
-                        .arg(root.join("docs/state.md")))?;
+                        .args(["--events", &sizes]);
+                    if extra.is_empty() {
+                        cmd.arg("--markdown").arg(root.join("docs/state.md"));
+                    } else {
+                        cmd.args(&extra);
+                    }
+                    run(&mut cmd)?;
                 }
                 other => bail!(
                     "unknown benchmark `{other}` (known: clicks, decode, join, kafka, nexmark, state)"

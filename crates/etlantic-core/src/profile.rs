@@ -119,6 +119,13 @@ pub struct Profile {
     /// Named secrets: name → reference (`${env:NAME}`). Values are resolved at run time only.
     #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
     pub secrets: IndexMap<String, String>,
+    /// Options of the object stores the pipeline's locations name (`s3://…`): `endpoint`,
+    /// `region`, `access_key_id`, `secret_access_key`, `session_token`, `allow_http`, …
+    /// (see docs/connectors.md, "Object stores"). They override the standard `AWS_*`
+    /// environment variables. Credentials must be references (`${secret:NAME}`,
+    /// `${env:VAR}`): a plain one is `ETL602`.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub storage_options: IndexMap<String, String>,
     /// Extensions (`x-...` keys), kept but not interpreted.
     #[serde(flatten)]
     pub extensions: IndexMap<String, serde_yaml::Value>,
@@ -186,6 +193,7 @@ impl Profile {
             state_local_dir: None,
             quality_policies: IndexMap::new(),
             secrets: IndexMap::new(),
+            storage_options: IndexMap::new(),
             extensions: IndexMap::new(),
         }
     }
@@ -285,6 +293,18 @@ impl Profile {
                         format!("secret `{name}` is not a reference"),
                     )
                     .at(format!("secrets.{name}"))
+                    .in_file(origin),
+                );
+            }
+        }
+        for (key, value) in &self.storage_options {
+            if uri::is_credential_key(key) && !uri::is_secret_reference(value) {
+                d.push(
+                    Diagnostic::new(
+                        &codes::SECRET_IN_PLAIN,
+                        format!("storage option `{key}` holds a credential in plain text"),
+                    )
+                    .at(format!("storage_options.{key}"))
                     .in_file(origin),
                 );
             }

@@ -100,6 +100,9 @@ pub struct PlanProfile {
     /// Secret references (never values).
     #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
     pub secrets: IndexMap<String, String>,
+    /// Object-store options (credentials as references, never values).
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub storage_options: IndexMap<String, String>,
     /// Streaming state TTL: transformation or operator id → time to live without an
     /// update (processing time). Empty in batch plans.
     #[serde(default, skip_serializing_if = "IndexMap::is_empty")]

@@ -4,10 +4,12 @@
 
 use etlantic_core::diagnostics::{codes, Error, Result};
 use etlantic_core::plugin::{self, Sink, SinkContext, Source, SourceContext};
+use etlantic_core::storage::{Storage, StorageOptions};
 use etlantic_core::streaming::{ExecutionMode, OutputMode};
 use etlantic_core::uri::BindingUri;
 use etlantic_plan::plan::PipelinePlan;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::sync::Arc;
 
 /// `asset`'s binding in `plan`, its `${...}` references resolved by `resolve`.
 fn binding(
@@ -24,7 +26,7 @@ fn binding(
 }
 
 /// The source of `asset`, read in `mode` (a streaming source keeps what it must
-/// remember across restarts in `state_dir`); `ETL204` when no linked plugin handles its
+/// remember across restarts in `state`, the checkpoint's `sources/<n>/`); `ETL204` when no linked plugin handles its
 /// scheme.
 pub fn open_source(
     plan: &PipelinePlan,
@@ -32,7 +34,8 @@ pub fn open_source(
     resolve: &dyn Fn(&str) -> Result<String>,
     root: &Path,
     mode: ExecutionMode,
-    state_dir: Option<PathBuf>,
+    state: Option<Arc<dyn Storage>>,
+    storage_options: &StorageOptions,
 ) -> Result<Box<dyn Source>> {
     let contract = plan.asset_contract(asset)?;
     let uri = binding(plan, asset, resolve)?;
@@ -43,13 +46,14 @@ pub fn open_source(
         )
     })?;
     provider.create(SourceContext {
+        storage_options: storage_options.clone(),
         asset: asset.to_string(),
         uri,
         schema: contract.arrow_schema(),
         contract: Some(contract),
         root: root.to_path_buf(),
         mode,
-        state_dir,
+        state,
     })
 }
 
@@ -62,6 +66,7 @@ pub fn open_sink(
     root: &Path,
     mode: ExecutionMode,
     output_mode: OutputMode,
+    storage_options: &StorageOptions,
 ) -> Result<Box<dyn Sink>> {
     let contract = plan.asset_contract(asset)?;
     let uri = binding(plan, asset, resolve)?;
@@ -72,6 +77,7 @@ pub fn open_sink(
         )
     })?;
     provider.create(SinkContext {
+        storage_options: storage_options.clone(),
         asset: asset.to_string(),
         uri,
         schema: contract.arrow_schema(),

@@ -25,14 +25,25 @@ use std::time::Duration;
 /// default), the file is renamed to `progress.1.jsonl` (replacing the previous one) and a
 /// new `progress.jsonl` starts: the log keeps the newest records, between one and two
 /// limits' worth. The records are for people and tools (`etlantic status`); recovery
-/// never reads them, so they are not synced.
+/// never reads them, so they are not synced on a disk. On an object store, where a write
+/// reaches the store only at a sync (a `PUT` of the whole file), the file is synced at
+/// most every [`OBJECT_SYNC_EVERY`] and when the log is dropped, and rotated at
+/// [`OBJECT_ROTATE_BYTES`].
 #[derive(Debug)]
 pub struct ProgressLog {
     /// The checkpoint directory.
     storage: Arc<dyn Storage>,
     file: Option<Box<dyn AppendFile>>,
     limit: u64,
+    /// On an object store: when the file was last synced.
+    synced_at: Option<std::time::Instant>,
 }
+
+/// How often the progress log reaches an object store (one `PUT` each).
+pub const OBJECT_SYNC_EVERY: Duration = Duration::from_secs(5);
+
+/// The rotation size on an object store, where each sync writes the whole file.
+pub const OBJECT_ROTATE_BYTES: u64 = 256 << 10;
 
 /// The default size at which `progress.jsonl` is rotated (8 MiB: some 5,000 micro-batches
 /// of a query with a few operators).
@@ -56,10 +67,16 @@ impl ProgressLog {
 
     /// The progress log of the checkpoint kept in `storage`.
     pub fn in_storage(storage: Arc<dyn Storage>) -> Self {
+        let limit = if storage.appends() {
+            PROGRESS_ROTATE_BYTES
+        } else {
+            OBJECT_ROTATE_BYTES
+        };
         ProgressLog {
             storage,
             file: None,
-            limit: PROGRESS_ROTATE_BYTES,
+            limit,
+            synced_at: None,
         }
     }
 
@@ -83,11 +100,36 @@ impl ProgressLog {
         }
         let len = self.file.as_ref().map_or(0, |f| f.len());
         if len > 0 && len + line.len() as u64 > self.limit {
-            self.file = None;
+            if let Some(mut f) = self.file.take() {
+                f.sync()?;
+            }
             self.storage.rename(CURRENT, ROTATED)?;
             self.file = Some(self.storage.append(CURRENT)?);
         }
-        self.file.as_mut().expect("opened above").write(&line)
+        let file = self.file.as_mut().expect("opened above");
+        file.write(&line)?;
+        if !self.storage.appends()
+            && self
+                .synced_at
+                .is_none_or(|t| t.elapsed() >= OBJECT_SYNC_EVERY)
+        {
+            file.sync()?;
+            self.synced_at = Some(std::time::Instant::now());
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ProgressLog {
+    fn drop(&mut self) {
+        // On an object store the last records reach the store only at a sync.
+        if !self.storage.appends() {
+            if let Some(f) = self.file.as_mut() {
+                if let Err(e) = f.sync() {
+                    eprintln!("warning: the last progress records were not written: {e}");
+                }
+            }
+        }
     }
 }
 
@@ -137,6 +179,10 @@ pub struct QueryProgress {
     pub late_rows: u64,
     /// The checkpoint directory.
     pub checkpoint_location: String,
+    /// Requests to the checkpoint's object store retried after transient failures since
+    /// the query started (0 on a local disk).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub storage_retries: u64,
     /// The contracts' quality rules evaluated in the micro-batch.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub quality: Vec<QualityProgress>,

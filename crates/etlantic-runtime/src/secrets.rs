@@ -20,14 +20,15 @@ pub type SecretResolver = Arc<dyn Fn(&str) -> Result<String> + Send + Sync>;
 pub struct Scrubber(Vec<String>);
 
 impl Scrubber {
-    /// The scrubber of `plan`'s bindings, quarantine, checkpoint, secrets table and
-    /// region locations, resolved with `resolve`. A reference that does not resolve is
+    /// The scrubber of `plan`'s bindings, quarantine, checkpoint, secrets table, storage
+    /// options and region locations, resolved with `resolve`. A reference that does not resolve is
     /// skipped: the run fails on it where it is used, and it has no value to leak.
     pub fn for_plan(plan: &PipelinePlan, resolve: &dyn Fn(&str) -> Result<String>) -> Self {
         let mut texts: Vec<&str> = plan.assets.values().map(|a| a.binding.as_str()).collect();
         texts.push(&plan.profile.quarantine);
         texts.extend(plan.profile.checkpoint.as_deref());
         texts.extend(plan.profile.secrets.values().map(String::as_str));
+        texts.extend(plan.profile.storage_options.values().map(String::as_str));
         texts.extend(plan.regions.iter().filter_map(|r| r.location.as_deref()));
         let mut values: Vec<String> = Vec::new();
         for text in texts {

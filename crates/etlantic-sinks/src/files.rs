@@ -4,7 +4,10 @@
 //!
 //! `file://<path>?format=jsonl|json|csv|parquet&header=true&delimiter=,` — the format
 //! comes from `format` or the extension of `<path>` (`.jsonl`/`.ndjson`/`.json`, `.csv`,
-//! `.parquet`). A relative path is resolved against the project root.
+//! `.parquet`). A relative path is resolved against the project root. On an object
+//! store, `s3://bucket/prefix/?format=…` (and `gs://`, `az://`) with the object-store
+//! storage linked: the same layout, each file an object, the log entries created with a
+//! conditional create (`If-None-Match: *`).
 //!
 //! # Batch runs
 //!
@@ -51,7 +54,7 @@ use etlantic_core::plugin::{option_names, BindingOption};
 use etlantic_core::plugin::{
     Sink, SinkBatch, SinkCapabilities, SinkContext, SinkProvider, SinkRegistration, WriteOutcome,
 };
-use etlantic_core::storage::{self, Storage};
+use etlantic_core::storage::{self, Location, Storage, StorageOptions};
 use etlantic_core::streaming::{ExecutionMode, OutputMode};
 use etlantic_core::uri::BindingUri;
 use serde::{Deserialize, Serialize};
@@ -230,8 +233,12 @@ impl SinkProvider for FileSinkProvider {
         "file"
     }
 
+    fn aliases(&self) -> &'static [&'static str] {
+        OBJECT_SCHEMES
+    }
+
     fn description(&self) -> &'static str {
-        "JSON lines, CSV or Parquet files; streaming writes a directory with an idempotent batch log"
+        "JSON lines, CSV or Parquet files, on a local disk or an object store (s3://); streaming writes a directory with an idempotent batch log"
     }
 
     fn capabilities(&self, uri: &BindingUri) -> Result<SinkCapabilities> {
@@ -249,11 +256,16 @@ impl SinkProvider for FileSinkProvider {
     }
 }
 
+/// The object-store schemes the file sink writes to as well, through the storage
+/// provider linked for them (`etlantic-object-store`): `s3://bucket/prefix/?format=…`.
+pub const OBJECT_SCHEMES: &[&str] = &["s3", "s3a", "gs", "az", "abfs", "abfss"];
+
 /// A `file://` sink (see the [module docs](self)).
 #[derive(Debug)]
 pub struct FileSink {
     asset: String,
-    path: PathBuf,
+    location: Location,
+    storage_options: StorageOptions,
     /// The output directory (a streaming run's, or a batch run's when `path` is one); a
     /// batch run's single file is written in its parent's.
     storage: Arc<dyn Storage>,
@@ -269,15 +281,55 @@ impl FileSink {
         if options.format == FileFormat::Csv {
             check_flat(&ctx.schema)?;
         }
-        let path = ctx.resolve_path(&ctx.uri.location);
+        let location = if ctx.uri.scheme == "file" {
+            Location::Local(ctx.resolve_path(&ctx.uri.location))
+        } else {
+            Location::parse(
+                &format!(
+                    "{}://{}",
+                    ctx.uri.scheme,
+                    ctx.uri.location.trim_end_matches('/')
+                ),
+                &ctx.root,
+            )?
+        };
         Ok(FileSink {
             asset: ctx.asset.clone(),
-            storage: storage::open(&path),
-            path,
+            storage: storage::open_location(&location, &ctx.storage_options)?,
+            location,
+            storage_options: ctx.storage_options.clone(),
             trailing_slash: ctx.uri.location.ends_with('/'),
             options,
             mode: ctx.mode,
         })
+    }
+
+    /// The storage of the directory of a single output file, and the file's name.
+    fn parent_and_name(&self) -> Result<(Arc<dyn Storage>, String)> {
+        match &self.location {
+            Location::Local(path) => {
+                let parent = path.parent().unwrap_or(Path::new("."));
+                let name = path
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                Ok((storage::open(parent), name))
+            }
+            Location::Remote(url) => {
+                let (parent, name) = url
+                    .path()
+                    .rsplit_once('/')
+                    .map(|(p, n)| (p.to_string(), n.to_string()))
+                    .unwrap_or_default();
+                let mut parent_url = url.clone();
+                parent_url.set_path(&parent);
+                let parent = Location::Remote(parent_url);
+                Ok((
+                    storage::open_location(&parent, &self.storage_options)?,
+                    name,
+                ))
+            }
+        }
     }
 
     fn write_dir(
@@ -314,7 +366,22 @@ impl FileSink {
         // The data file is written, the batch is not committed yet: a crash here must
         // leave an orphan file that readers ignore.
         etlantic_core::faults::check(etlantic_core::faults::IN_SINK, batch_id);
-        storage::put_bytes(dir, &format!("{LOG_DIR}/{position}"), text.as_bytes())?;
+        // Created only if absent: of two writers of one position (a zombie and its
+        // restart, on an object store without a lock) one commits.
+        let at = format!("{LOG_DIR}/{position}");
+        if !dir.put_if_absent(&at, text.as_bytes())? {
+            let theirs = read_entry(dir, &position.to_string())?;
+            if theirs.is_some_and(|e| e.query_id == query_id && e.batch_id == batch_id) {
+                return Ok(());
+            }
+            return Err(Error::new(
+                &codes::SINK_WRITE_FAILED,
+                format!(
+                    "sink log entry `{}` was written by another writer meanwhile",
+                    dir.display(&at)
+                ),
+            ));
+        }
         if entry.replaces {
             remove_other_parts(dir, &files);
         }
@@ -467,12 +534,17 @@ pub fn committed_files(dir: impl AsRef<Path>) -> Result<Vec<PathBuf>> {
 /// log (from the last replacing entry on), in batch order, with the schema recorded in
 /// the log. Files no entry lists are ignored.
 pub fn read_committed(dir: impl AsRef<Path>) -> Result<Vec<RecordBatch>> {
-    let dir = storage::open(dir.as_ref());
+    read_committed_in(storage::open(dir.as_ref()).as_ref())
+}
+
+/// [`read_committed`] of the output directory kept in `dir` (any storage: an object
+/// store's too).
+pub fn read_committed_in(dir: &dyn Storage) -> Result<Vec<RecordBatch>> {
     let mut out = Vec::new();
-    for entry in current_entries(dir.as_ref())? {
+    for entry in current_entries(dir)? {
         let schema = entry.arrow_schema()?;
         for f in &entry.files {
-            out.extend(read_data_file(dir.as_ref(), f, &entry, schema.clone())?);
+            out.extend(read_data_file(dir, f, &entry, schema.clone())?);
         }
     }
     Ok(out)
@@ -694,7 +766,11 @@ impl Sink for FileSink {
             e.map_diagnostics(move |d| d.at(format!("sinks[{asset}]")))
         };
         if self.mode == ExecutionMode::Batch {
-            if self.path.is_dir() || self.trailing_slash {
+            let is_dir = match &self.location {
+                Location::Local(p) => p.is_dir(),
+                Location::Remote(_) => !self.storage.list(LOG_DIR).map_err(in_asset)?.is_empty(),
+            };
+            if is_dir || self.trailing_slash {
                 let next = read_log_in(self.storage.as_ref())
                     .map_err(in_asset)?
                     .keys()
@@ -704,14 +780,9 @@ impl Sink for FileSink {
                     .map_err(in_asset)?;
             } else {
                 // One file: written in its directory's storage.
-                let parent = self.path.parent().unwrap_or(Path::new("."));
-                let name = self
-                    .path
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default();
+                let (parent, name) = self.parent_and_name().map_err(in_asset)?;
                 write_table(
-                    storage::open(parent).as_ref(),
+                    parent.as_ref(),
                     &name,
                     &self.options,
                     &batch.data.schema,

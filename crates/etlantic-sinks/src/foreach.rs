@@ -166,6 +166,7 @@ mod tests {
                 .unwrap();
         let table = Table::new(batch.schema(), vec![batch]);
         let ctx = SinkContext {
+            storage_options: Default::default(),
             asset: "a".into(),
             uri: BindingUri::parse("foreach://t1").unwrap(),
             schema: table.schema.clone(),

@@ -57,6 +57,7 @@ fn sink_with(
     let uri = BindingUri::parse(&format!("delta://table{params}")).unwrap();
     let provider = sink_provider("delta").expect("the delta sink is registered");
     provider.create(SinkContext {
+        storage_options: Default::default(),
         asset: "t".into(),
         uri,
         schema,

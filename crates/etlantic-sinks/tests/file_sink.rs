@@ -26,13 +26,14 @@ async fn read_back(root: &Path, uri: &str) -> Vec<arrow::array::RecordBatch> {
     let mut src = source_provider("file")
         .expect("file source registered")
         .create(SourceContext {
+            storage_options: Default::default(),
             asset: "orders".into(),
             uri: BindingUri::parse(uri).unwrap(),
             schema: c.arrow_schema(),
             contract: Some(c.clone()),
             root: root.to_path_buf(),
             mode: ExecutionMode::Batch,
-            state_dir: None,
+            state: None,
         })
         .unwrap();
     let end: Offset = src
@@ -460,6 +461,7 @@ async fn bindings_are_checked_when_the_sink_is_created() {
     let tmp = tempfile::tempdir().unwrap();
     let p = sink_provider("file").unwrap();
     let nested = etlantic_core::plugin::SinkContext {
+        storage_options: Default::default(),
         schema: std::sync::Arc::new(arrow::datatypes::Schema::new(vec![
             arrow::datatypes::Field::new(
                 "tags",

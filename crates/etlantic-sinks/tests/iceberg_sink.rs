@@ -24,6 +24,7 @@ const URI: &str = "iceberg://shop/orders?catalog=sqlite://lake/catalog.db&wareho
 
 fn ctx_with(root: &Path, uri: &str, schema: SchemaRef, output_mode: OutputMode) -> SinkContext {
     SinkContext {
+        storage_options: Default::default(),
         asset: "orders_out".into(),
         uri: BindingUri::parse(uri).unwrap(),
         schema,

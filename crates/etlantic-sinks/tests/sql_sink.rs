@@ -138,13 +138,14 @@ impl Db {
         let provider = plugin::source_provider(&uri.scheme).unwrap();
         let mut source = provider
             .create(SourceContext {
+                storage_options: Default::default(),
                 asset: table.into(),
                 uri,
                 schema: schema.clone(),
                 contract: None,
                 root: self.root(),
                 mode: ExecutionMode::Batch,
-                state_dir: None,
+                state: None,
             })
             .unwrap();
         let end = source
@@ -204,6 +205,7 @@ fn sink(db: &Db, uri: BindingUri, schema: SchemaRef, mode: ExecutionMode) -> Box
     let provider = plugin::sink_provider(&uri.scheme).unwrap();
     provider
         .create(SinkContext {
+            storage_options: Default::default(),
             asset: "out".into(),
             uri,
             schema,
@@ -812,6 +814,7 @@ async fn connection_errors_never_show_the_password() {
         let e = plugin::sink_provider(&uri.scheme)
             .unwrap()
             .create(SinkContext {
+                storage_options: Default::default(),
                 asset: "out".into(),
                 uri,
                 schema: kv_schema(),

@@ -187,8 +187,8 @@ impl RateSource {
                 }
             });
         }
-        let wall_start_ms = match &ctx.state_dir {
-            Some(dir) => load_or_store_start(etlantic_core::storage::open(dir).as_ref())?,
+        let wall_start_ms = match &ctx.state {
+            Some(state) => load_or_store_start(state.as_ref())?,
             None => now_ms(),
         };
         Ok(RateSource {

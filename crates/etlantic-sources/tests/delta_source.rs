@@ -97,13 +97,14 @@ fn source(dir: &Path, params: &str, schema: SchemaRef, mode: ExecutionMode) -> B
     assert!(caps.bounded && caps.unbounded);
     provider
         .create(SourceContext {
+            storage_options: Default::default(),
             asset: "t".into(),
             uri,
             schema,
             contract: None,
             root: dir.to_path_buf(),
             mode,
-            state_dir: None,
+            state: None,
         })
         .unwrap()
 }

@@ -170,13 +170,14 @@ async fn memory_stream_checks_the_contract_per_row() {
 
 fn rate_ctx(uri: &str, schema: Arc<Schema>, state: Option<std::path::PathBuf>) -> SourceContext {
     SourceContext {
+        storage_options: Default::default(),
         asset: "ticks".into(),
         uri: BindingUri::parse(uri).unwrap(),
         schema,
         contract: None,
         root: ".".into(),
         mode: ExecutionMode::Streaming,
-        state_dir: state,
+        state: state.map(|d| etlantic_core::storage::open(&d)),
     }
 }
 

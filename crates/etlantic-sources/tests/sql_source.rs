@@ -37,13 +37,14 @@ async fn read(uri: &str, schema: SchemaRef, root: &Path) -> etlantic_core::Resul
     let uri = BindingUri::parse(uri).unwrap();
     let provider = plugin::source_provider(&uri.scheme).unwrap();
     let mut source = provider.create(SourceContext {
+        storage_options: Default::default(),
         asset: "orders".into(),
         uri,
         schema,
         contract: None,
         root: root.to_path_buf(),
         mode: ExecutionMode::Batch,
-        state_dir: None,
+        state: None,
     })?;
     let end = source
         .latest_offset(None, &Default::default())

@@ -213,13 +213,14 @@ fn batch(rt: &tokio::runtime::Runtime, q: &Query, events: u64) -> Measure {
                     s.asset
                 );
                 let mut src = NexmarkSource::new(SourceContext {
+                    storage_options: Default::default(),
                     asset: s.asset.clone(),
                     uri: BindingUri::parse(&uri).expect("a URI"),
                     schema: schema.clone(),
                     contract: None,
                     root: dir.path().into(),
                     mode: ExecutionMode::Streaming,
-                    state_dir: None,
+                    state: None,
                 })
                 .expect("the generator");
                 let end = src

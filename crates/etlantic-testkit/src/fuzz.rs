@@ -212,13 +212,14 @@ fn read_file(name: &str, bytes: &[u8]) {
         return;
     };
     let ctx = SourceContext {
+        storage_options: Default::default(),
         asset: "records".into(),
         uri,
         schema: contract.arrow_schema(),
         contract: Some(contract),
         root,
         mode: ExecutionMode::Batch,
-        state_dir: None,
+        state: None,
     };
     let Some(provider) = etlantic_core::plugin::source_provider("file") else {
         return;

@@ -42,13 +42,14 @@ fn rows(batches: &[RecordBatch]) -> Vec<String> {
 async fn generated(asset: &str, schema: SchemaRef) -> Vec<RecordBatch> {
     let uri = format!("nexmark://{asset}?events_per_batch={EVENTS}&max_events={EVENTS}&event_gap_us={EVENT_GAP_US}&start_ms=0");
     let mut s = NexmarkSource::new(SourceContext {
+        storage_options: Default::default(),
         asset: asset.into(),
         uri: BindingUri::parse(&uri).unwrap(),
         schema,
         contract: None,
         root: ".".into(),
         mode: ExecutionMode::Streaming,
-        state_dir: None,
+        state: None,
     })
     .unwrap();
     let end = s

@@ -42,6 +42,8 @@ pub use etlantic_runtime as runtime;
 pub use etlantic_sinks as sinks;
 pub use etlantic_sources as sources;
 
+#[cfg(feature = "object-store")]
+pub use etlantic_object_store as object_store;
 #[cfg(feature = "polars")]
 pub use etlantic_polars as polars;
 #[cfg(feature = "disk-state")]
@@ -76,6 +78,8 @@ pub fn link_plugins() {
     std::hint::black_box(&etlantic_sinks::iceberg::IcebergSinkProvider);
     #[cfg(feature = "disk-state")]
     std::hint::black_box(&etlantic_rocksdb::DiskStoreProvider);
+    #[cfg(feature = "object-store")]
+    std::hint::black_box(&etlantic_object_store::ObjectStoreProvider);
     #[cfg(feature = "sql")]
     {
         std::hint::black_box(&etlantic_sources::sql::PostgresSourceProvider);

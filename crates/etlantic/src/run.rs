@@ -8,6 +8,7 @@
 use chrono::{SecondsFormat, Utc};
 use etlantic_core::diagnostics::{codes, Error, Result};
 use etlantic_core::profile::{resolve_secrets, Profile};
+use etlantic_core::storage::{Location, StorageOptions};
 use etlantic_core::uri::BindingUri;
 use etlantic_plan::plan::PipelinePlan;
 use etlantic_runtime::progress::QueryProgress;
@@ -80,6 +81,7 @@ pub async fn run_batch(plan: &PipelinePlan, ctx: &RunContext) -> RunReport {
     let totals = Arc::new(Mutex::new(RunTotals::default()));
     let result: Result<()> = async {
         let mut opts = etlantic_runtime::BatchOptions::new(ctx.root.clone());
+        opts.storage_options = storage_options(plan, ctx)?;
         opts.resolve = resolver(ctx);
         let t = totals.clone();
         opts.on_progress = Some(Arc::new(move |p: &QueryProgress| {
@@ -146,7 +148,8 @@ pub async fn run_streaming(plan: &PipelinePlan, ctx: &RunContext, run: Streaming
     let mut report = RunReport::new(plan, "", &started_at);
     let totals = Arc::new(Mutex::new(RunTotals::default()));
     let result: Result<()> = async {
-        let checkpoint = checkpoint_dir(plan, ctx)?;
+        let checkpoint = checkpoint_location(plan, ctx)?;
+        let storage_options = storage_options(plan, ctx)?;
         let t = totals.clone();
         let user = run.on_progress.clone();
         let listener: etlantic_runtime::ProgressListener = Arc::new(move |p: &QueryProgress| {
@@ -158,6 +161,18 @@ pub async fn run_streaming(plan: &PipelinePlan, ctx: &RunContext, run: Streaming
             }
         });
         if let Some(region) = etlantic_runtime::whole_query::region_of(plan) {
+            let checkpoint = match checkpoint {
+                Location::Local(dir) => dir,
+                remote => {
+                    return Err(Error::new(
+                        &codes::BAD_URI,
+                        format!(
+                            "the checkpoint of a query run whole by `{}` must be a local directory (file://), not {remote}",
+                            region.backend
+                        ),
+                    ))
+                }
+            };
             let opts = etlantic_runtime::whole_query::WholeQueryOptions {
                 root: ctx.root.clone(),
                 checkpoint,
@@ -170,6 +185,7 @@ pub async fn run_streaming(plan: &PipelinePlan, ctx: &RunContext, run: Streaming
                 .map(|run_id| report.run_id = run_id);
         }
         let mut opts = etlantic_runtime::StreamingOptions::new(ctx.root.clone(), checkpoint);
+        opts.storage_options = storage_options;
         opts.resolve = resolver(ctx);
         opts.on_progress = Some(listener);
         opts.stop = run.stop.clone();
@@ -191,22 +207,24 @@ fn resolver(ctx: &RunContext) -> etlantic_runtime::SecretResolver {
     std::sync::Arc::new(move |s| resolve_secrets(s, &ctx.secrets_profile))
 }
 
-/// The checkpoint directory of a streaming plan.
-pub fn checkpoint_dir(plan: &PipelinePlan, ctx: &RunContext) -> Result<PathBuf> {
+/// The checkpoint location of a streaming plan: a local directory or an object-store
+/// prefix (default `.etlantic/checkpoints/<pipeline>`).
+pub fn checkpoint_location(plan: &PipelinePlan, ctx: &RunContext) -> Result<Location> {
     let text = plan
         .profile
         .checkpoint
         .clone()
         .unwrap_or_else(|| format!("file://.etlantic/checkpoints/{}", plan.pipeline));
-    let uri = ctx.resolve_uri(&text)?;
-    if uri.scheme != "file" {
-        return Err(Error::new(
-            &codes::BAD_URI,
-            format!(
-                "the checkpoint location must be a file:// URI, got `{}`",
-                uri.scheme
-            ),
-        ));
-    }
-    Ok(etlantic_core::uri::located(&ctx.root, &uri.location))
+    Location::parse(&resolve_secrets(&text, &ctx.secrets_profile)?, &ctx.root)
+}
+
+/// The plan's object-store options (`storage_options`), their secret references
+/// resolved.
+pub fn storage_options(plan: &PipelinePlan, ctx: &RunContext) -> Result<StorageOptions> {
+    plan.profile
+        .storage_options
+        .iter()
+        .map(|(k, v)| Ok((k.clone(), resolve_secrets(v, &ctx.secrets_profile)?)))
+        .collect::<Result<std::collections::BTreeMap<_, _>>>()
+        .map(StorageOptions::new)
 }

@@ -55,6 +55,7 @@ fn sink(uri: &str, mode: OutputMode) -> etlantic_core::Result<Box<dyn Sink>> {
     plugin::sink_provider("kafka")
         .expect("kafka sink registered")
         .create(SinkContext {
+            storage_options: Default::default(),
             asset: "alerts".into(),
             uri,
             schema: schema(),

@@ -94,6 +94,7 @@ fn source(uri: &str, schema: SchemaRef, state: Option<&Path>) -> Box<dyn Source>
     );
     provider
         .create(SourceContext {
+            storage_options: Default::default(),
             asset: "events".into(),
             uri,
             schema,
@@ -104,7 +105,7 @@ fn source(uri: &str, schema: SchemaRef, state: Option<&Path>) -> Box<dyn Source>
             } else {
                 ExecutionMode::Batch
             },
-            state_dir: state.map(Path::to_path_buf),
+            state: state.map(etlantic_core::storage::open),
         })
         .unwrap()
 }

@@ -306,6 +306,19 @@ catalogue! {
         "A source file changed (appended, truncated or replaced) after the stream picked it up, so a replay would read other bytes than the first read.",
         "Write source files elsewhere and move them into the directory when complete (files named with a leading `.` or `_` are ignored until renamed); to go on, quarantine the changed file (`on_error: quarantine`) or restore it.");
 
+    STORAGE_NOT_FOUND = ("ETL714", "storage-not-found", Execution, Error,
+        "An object-store location names a bucket (or container) that does not exist.",
+        "Create the bucket, or fix the location's bucket name; the endpoint and region come from the profile's storage_options or the AWS_* environment variables.");
+    STORAGE_DENIED = ("ETL715", "storage-denied", Execution, Error,
+        "The object store refused the credentials, or they lack a permission the location needs.",
+        "Check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or the profile's storage_options with ${secret:...}) and that they may list, read, write and delete under the location.");
+    STORAGE_UNREACHABLE = ("ETL716", "storage-unreachable", Execution, Error,
+        "The object store's endpoint cannot be reached (after retrying transient failures).",
+        "Check the endpoint (AWS_ENDPOINT_URL or storage_options.endpoint), the network, and AWS_ALLOW_HTTP for a plain-http endpoint.");
+    STORAGE_UNSUPPORTED = ("ETL717", "storage-unsupported", Execution, Error,
+        "The object store lacks an operation the location needs: conditional creates (If-None-Match) for a checkpoint or a sink's log.",
+        "Use a store that honours If-None-Match on PUT (AWS S3, MinIO, Ceph RGW, Cloudflare R2, moto); without it two writers could both commit a micro-batch.");
+
     // ---- checkpoint ----
     CHECKPOINT_CORRUPT = ("ETL801", "checkpoint-corrupt", Checkpoint, Error,
         "A checkpoint file cannot be read.",

@@ -4,6 +4,7 @@ use crate::contract::Contract;
 use crate::data::Table;
 use crate::diagnostics::Result;
 use crate::guarantee::SinkGuarantee;
+use crate::storage::StorageOptions;
 use crate::streaming::{ExecutionMode, OutputMode};
 use crate::uri::BindingUri;
 use arrow::datatypes::SchemaRef;
@@ -42,6 +43,9 @@ pub struct SinkContext {
     pub mode: ExecutionMode,
     /// The output mode of the query feeding the sink.
     pub output_mode: OutputMode,
+    /// Options of the object stores the run reaches (the profile's `storage_options`),
+    /// for a binding to an object-store location.
+    pub storage_options: StorageOptions,
 }
 
 impl SinkContext {

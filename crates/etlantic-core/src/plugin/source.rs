@@ -4,6 +4,7 @@ use crate::contract::Contract;
 use crate::data::{DataLoss, Offset, RejectedRecord, RowOrigins};
 use crate::diagnostics::Result;
 use crate::guarantee::SourceGuarantee;
+use crate::storage::{Storage, StorageOptions};
 use crate::streaming::ExecutionMode;
 use crate::uri::BindingUri;
 use arrow::array::RecordBatch;
@@ -82,8 +83,12 @@ pub struct SourceContext {
     pub mode: ExecutionMode,
     /// A directory in the checkpoint that belongs to this source (`sources/<n>/`), for
     /// sources that must remember what they have seen (e.g. the files of a directory
-    /// stream). `None` in batch runs.
-    pub state_dir: Option<PathBuf>,
+    /// stream). `None` in batch runs. It may be on an object store: write whole files
+    /// (see [`Storage::appends`]).
+    pub state: Option<Arc<dyn Storage>>,
+    /// Options of the object stores the run reaches (the profile's `storage_options`),
+    /// for a binding to an object-store location.
+    pub storage_options: StorageOptions,
 }
 
 impl SourceContext {

@@ -4,9 +4,11 @@
 //! directory of named byte files, rooted somewhere. [`LocalStorage`] is a directory of
 //! the local file system; [`power_cut::PowerCutDisk`] is an in-memory disk that keeps
 //! unsynced bytes apart and can lose them, for tests; object stores (S3 and the like)
-//! will implement the same trait (they have no append, see [`Storage::append`]).
+//! implement the same trait through a [`StorageProvider`] (they have no append, see
+//! [`Storage::append`]).
 //!
-//! [`open`] gives the storage of a location, honouring test mounts ([`mount`]).
+//! [`open`] gives the storage of a local directory, honouring test mounts ([`mount`]);
+//! [`open_location`] that of any [`Location`], object stores included.
 //!
 //! # The durability contract
 //!
@@ -24,11 +26,17 @@
 //!   written. Creating the file ([`Storage::append`] of a new name) is durable.
 //! - Reads see every write made through the storage before them (read-your-writes).
 //! - [`Storage::lock`] is exclusive between live processes; a process that dies releases
-//!   it.
+//!   it (on an object store: a lease, taken over once its holder is known dead or its
+//!   time ran out).
 //!
 //! Paths are relative, `/`-separated, with no `.` or `..` segment.
 
+pub mod location;
 pub mod power_cut;
+
+pub use location::{
+    check_location, open_location, Location, StorageOptions, StorageProvider, StorageRegistration,
+};
 
 use crate::diagnostics::{codes, Diagnostic, Error, Result};
 use std::fmt;
@@ -90,6 +98,18 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// Takes the exclusive lock named `path` for as long as the returned guard lives:
     /// `ETL803` when another live process holds it.
     fn lock(&self, path: &str) -> Result<Lock>;
+
+    /// Whether [`Storage::append`] works here (a file system) or not (an object store):
+    /// callers that append on a disk write an object per record where it does not.
+    fn appends(&self) -> bool {
+        true
+    }
+
+    /// How many requests it has retried after transient failures since it was opened
+    /// (an object store's; a disk retries nothing).
+    fn retries(&self) -> u64 {
+        0
+    }
 }
 
 /// A held [`Storage::lock`]: released when dropped.
@@ -212,6 +232,12 @@ impl Storage for Sub {
     }
     fn lock(&self, path: &str) -> Result<Lock> {
         self.inner.lock(&self.at(path))
+    }
+    fn appends(&self) -> bool {
+        self.inner.appends()
+    }
+    fn retries(&self) -> u64 {
+        self.inner.retries()
     }
 }
 

@@ -261,6 +261,7 @@ impl Planner<'_> {
                 no_data_batches: prof.no_data_batches,
                 require_guarantee: prof.require_guarantee,
                 secrets: prof.secrets.clone(),
+                storage_options: prof.storage_options.clone(),
                 state_ttl: if mode == ExecutionMode::Streaming {
                     prof.state_ttl.clone()
                 } else {

@@ -27,6 +27,12 @@
 //! log. A bad line followed by more is corruption and an error (`ETL801`), never
 //! skipped.
 //!
+//! On an object store, which cannot append, a segment is one object rewritten whole at
+//! each sync, conditionally on the version last written (so a second writer fails
+//! rather than overwrites, see `etlantic_object_store`): one `PUT` per micro-batch, and
+//! segments of [`OBJECT_SEGMENT_BATCHES`] micro-batches keep it small. A torn tail
+//! cannot happen there (an object is whole or absent).
+//!
 //! A new segment starts every [`SEGMENT_BATCHES`] micro-batches, the previous one synced
 //! first (so a torn record can only be in the last segment). Segments wholly before the
 //! retained batches are deleted then: the last [`MIN_BATCHES_TO_RETAIN`] (Spark's
@@ -44,6 +50,10 @@ use std::sync::{Arc, Mutex};
 
 /// Micro-batches per segment file.
 pub const SEGMENT_BATCHES: u64 = 100;
+
+/// Micro-batches per segment on an object store, where every sync rewrites the whole
+/// segment (see [`Storage::appends`]): a few kilobytes per `PUT`.
+pub const OBJECT_SEGMENT_BATCHES: u64 = 10;
 
 /// The micro-batches whose records are always kept (Spark's `minBatchesToRetain`).
 pub const MIN_BATCHES_TO_RETAIN: u64 = 100;
@@ -285,6 +295,15 @@ impl BatchLog {
         })
     }
 
+    /// Micro-batches per segment on this storage.
+    fn segment_batches(&self) -> u64 {
+        if self.storage.appends() {
+            SEGMENT_BATCHES
+        } else {
+            OBJECT_SEGMENT_BATCHES
+        }
+    }
+
     fn writer(&self) -> std::sync::MutexGuard<'_, Writer> {
         // A panic while appending leaves nothing half-done that the next append would
         // not also find: the file is append-only.
@@ -330,7 +349,7 @@ impl BatchLog {
     /// (and every one before it) survives a crash of the machine.
     pub fn append_offsets(&self, batch: u64, entry: &OffsetEntry) -> Result<()> {
         let mut w = self.writer();
-        if w.file.is_none() || batch >= w.first + SEGMENT_BATCHES {
+        if w.file.is_none() || batch >= w.first + self.segment_batches() {
             self.start_segment(&mut w, batch)?;
         }
         let line = LineRef {

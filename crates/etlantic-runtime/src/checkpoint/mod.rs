@@ -69,17 +69,19 @@ use crate::progress::{ProgressLog, QueryProgress};
 use arrow::array::RecordBatch;
 use batch_log::BatchLog;
 use etlantic_core::diagnostics::{codes, Diagnostic, Result};
-use etlantic_core::storage::{self, Storage, Sub};
+use etlantic_core::storage::{self, Location, Storage, StorageOptions, Sub};
 use records::corrupt_file;
 use serde::de::DeserializeOwned;
 use state_log::StateLog;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+/// A query's checkpoint (see the [module docs](self)), opened and locked.
 #[derive(Debug)]
 pub struct Checkpoint {
-    root: PathBuf,
-    /// Where its files are (the local directory `root`, or what a test mounted there).
+    root: Location,
+    /// Where its files are (the local directory `root`, an object store, or what a test
+    /// mounted there).
     storage: Arc<dyn Storage>,
     log: BatchLog,
     state_log: Arc<StateLog>,
@@ -92,13 +94,22 @@ impl Checkpoint {
     /// Opens (creating if needed) a checkpoint directory and takes its lock. Its files
     /// go through [`etlantic_core::storage::open`] of `root`.
     pub fn open(root: impl Into<PathBuf>) -> Result<Self> {
-        let root = root.into();
-        let storage = storage::open(&root);
+        Self::open_at(&Location::Local(root.into()), &StorageOptions::default())
+    }
+
+    /// Opens (creating if needed) the checkpoint at `root`, a local directory or an
+    /// object-store prefix, and takes its lock. An object store is checked first
+    /// (reachable, bucket there, credentials accepted, conditional creates honoured:
+    /// what keeps two writers from both committing a micro-batch).
+    pub fn open_at(root: &Location, options: &StorageOptions) -> Result<Self> {
+        let root = root.clone();
+        storage::check_location(&root, options, true)?;
+        let storage = storage::open_location(&root, options)?;
         let lock = storage.lock(".lock").map_err(|e| {
             if e.code() == codes::CHECKPOINT_LOCKED.code {
                 Diagnostic::new(
                     &codes::CHECKPOINT_LOCKED,
-                    format!("checkpoint {} is in use by another query", root.display()),
+                    format!("checkpoint {root} is in use by another query: {e}"),
                 )
                 .into()
             } else {
@@ -119,9 +130,14 @@ impl Checkpoint {
         })
     }
 
-    /// The directory.
-    pub fn root(&self) -> &Path {
+    /// Where it is.
+    pub fn root(&self) -> &Location {
         &self.root
+    }
+
+    /// Requests its storage retried after transient failures so far (object stores).
+    pub fn storage_retries(&self) -> u64 {
+        self.storage.retries()
     }
 
     fn read_json<T: DeserializeOwned>(&self, path: &str) -> Result<Option<T>> {
@@ -180,9 +196,9 @@ impl Checkpoint {
         self.log.sync()
     }
 
-    /// The directory of source number `n`.
-    pub fn source_dir(&self, n: usize) -> PathBuf {
-        self.root.join("sources").join(n.to_string())
+    /// The storage of source number `n` (`sources/<n>/`).
+    pub fn source_state(&self, n: usize) -> Arc<dyn Storage> {
+        Arc::new(Sub::new(self.storage.clone(), &format!("sources/{n}")))
     }
 
     /// Where operator `op` keeps its state when a [`crate::state_store::StateStore`]

@@ -35,6 +35,9 @@ pub struct BatchOptions {
     pub resolve: crate::SecretResolver,
     /// Called with the run's progress record.
     pub on_progress: Option<super::ProgressListener>,
+    /// Options of the object stores the run reaches (the profile's `storage_options`,
+    /// secrets resolved).
+    pub storage_options: etlantic_core::storage::StorageOptions,
 }
 
 impl BatchOptions {
@@ -44,6 +47,7 @@ impl BatchOptions {
             root: root.into(),
             resolve: Arc::new(|s| Ok(s.to_string())),
             on_progress: None,
+            storage_options: Default::default(),
         }
     }
 }
@@ -71,6 +75,7 @@ impl StreamingQuery {
                 &opts.root,
                 ExecutionMode::Batch,
                 None,
+                &opts.storage_options,
             )?;
             let schema = source.schema();
             let gate = QualityGate::for_asset(
@@ -97,7 +102,13 @@ impl StreamingQuery {
                 measured: None,
             });
         }
-        let sinks = super::open::open_sinks(plan, resolve, &opts.root, ExecutionMode::Batch)?;
+        let sinks = super::open::open_sinks(
+            plan,
+            resolve,
+            &opts.root,
+            ExecutionMode::Batch,
+            &opts.storage_options,
+        )?;
         let quarantine_uri = BindingUri::parse(&resolve(&plan.profile.quarantine)?)?;
         let scrub = Scrubber::for_plan(plan, resolve);
         let run_id = uuid::Uuid::new_v4().to_string();

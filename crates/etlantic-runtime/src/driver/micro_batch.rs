@@ -201,15 +201,14 @@ impl StreamingQuery {
             .collect();
         progress.quarantined_rows = stats.rejected;
         progress.late_rows = stats.late;
-        progress.checkpoint_location = self
-            .scrub
-            .text(&redact(&self.opts.checkpoint.display().to_string()));
+        progress.checkpoint_location = self.scrub.text(&redact(&self.opts.checkpoint.to_string()));
         progress.quality = stats
             .quality
             .into_iter()
             .map(|(asset, count)| QualityProgress { asset, count })
             .collect();
         if let Some(cp) = &self.checkpoint {
+            progress.storage_retries = cp.storage_retries();
             cp.append_progress(&progress)?;
         }
         if let Some(l) = &self.opts.on_progress {

@@ -49,6 +49,7 @@ use arrow::datatypes::SchemaRef;
 use etlantic_core::data::{DataLoss, Offset};
 use etlantic_core::diagnostics::{codes, Diagnostic, Result};
 use etlantic_core::plugin::{ReadLimit, Sink, Source};
+use etlantic_core::storage::{Location, StorageOptions};
 use etlantic_core::streaming::{OutputMode, Trigger};
 use etlantic_plan::plan::PipelinePlan;
 use std::collections::{BTreeMap, HashMap};
@@ -65,8 +66,11 @@ pub type ProgressListener = Arc<dyn Fn(&QueryProgress) + Send + Sync>;
 pub struct StreamingOptions {
     /// Directory relative binding paths resolve against.
     pub root: PathBuf,
-    /// The checkpoint directory.
-    pub checkpoint: PathBuf,
+    /// The checkpoint: a local directory or an object-store prefix (`s3://bucket/chk`).
+    pub checkpoint: Location,
+    /// Options of the object stores the query reaches (the profile's `storage_options`,
+    /// secrets resolved).
+    pub storage_options: StorageOptions,
     /// Resolves `${...}` secret references in binding URIs.
     pub resolve: SecretResolver,
     /// Called with each progress record.
@@ -87,10 +91,11 @@ pub struct StreamingOptions {
 
 impl StreamingOptions {
     /// Options with no secret resolution and no listener.
-    pub fn new(root: impl Into<PathBuf>, checkpoint: impl Into<PathBuf>) -> Self {
+    pub fn new(root: impl Into<PathBuf>, checkpoint: impl Into<Location>) -> Self {
         StreamingOptions {
             root: root.into(),
             checkpoint: checkpoint.into(),
+            storage_options: StorageOptions::default(),
             resolve: Arc::new(|s| Ok(s.to_string())),
             on_progress: None,
             stop: Arc::new(AtomicBool::new(false)),

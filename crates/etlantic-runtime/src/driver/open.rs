@@ -157,11 +157,20 @@ pub(super) fn open_sinks(
     resolve: &dyn Fn(&str) -> Result<String>,
     root: &std::path::Path,
     mode: ExecutionMode,
+    storage_options: &etlantic_core::storage::StorageOptions,
 ) -> Result<Vec<SinkRt>> {
     let mut sinks = Vec::new();
     for s in &plan.sinks {
         let contract = plan.asset_contract(&s.asset)?;
-        let sink = open_sink(plan, &s.asset, resolve, root, mode, s.output_mode)?;
+        let sink = open_sink(
+            plan,
+            &s.asset,
+            resolve,
+            root,
+            mode,
+            s.output_mode,
+            storage_options,
+        )?;
         sinks.push(SinkRt {
             id: s.id.clone(),
             input: s.input.clone(),
@@ -201,7 +210,7 @@ fn open_state_stores(
             &codes::STATE_STORE_CHANGED,
             format!(
                 "checkpoint {} holds state written by the `{}` state store, and the profile's `state_store` is `{wanted}`",
-                opts.checkpoint.display(),
+                opts.checkpoint,
                 metadata.state_store
             ),
         )
@@ -265,7 +274,7 @@ impl StreamingQuery {
         if plan.profile.mode != ExecutionMode::Streaming {
             return Err(Error::new(&codes::PLAN_INVALID, "not a streaming plan"));
         }
-        let checkpoint = Checkpoint::open(&opts.checkpoint)?;
+        let checkpoint = Checkpoint::open_at(&opts.checkpoint, &opts.storage_options)?;
         let compat = compatibility_fingerprint(plan);
         let metadata = match checkpoint.metadata()? {
             Some(m) => {
@@ -274,7 +283,7 @@ impl StreamingQuery {
                         &codes::CHECKPOINT_INCOMPATIBLE,
                         format!(
                             "checkpoint {} was written by a different query (its sources, logic or sinks changed since plan {})",
-                            opts.checkpoint.display(),
+                            opts.checkpoint,
                             m.plan_fingerprint
                         ),
                     )
@@ -313,6 +322,7 @@ impl StreamingQuery {
                     &opts.root,
                     ExecutionMode::Batch,
                     None,
+                    &opts.storage_options,
                 )?;
                 statics.push(StaticSource::new(&s.id, source, refresh));
                 continue;
@@ -323,7 +333,8 @@ impl StreamingQuery {
                 resolve,
                 &opts.root,
                 ExecutionMode::Streaming,
-                Some(checkpoint.source_dir(n)),
+                Some(checkpoint.source_state(n)),
+                &opts.storage_options,
             )?;
             let gate = QualityGate::for_asset(
                 plan,
@@ -378,6 +389,7 @@ impl StreamingQuery {
             opts.resolve.as_ref(),
             &opts.root,
             ExecutionMode::Streaming,
+            &opts.storage_options,
         )?;
         let side_sinks: HashMap<String, usize> = sources
             .iter()

@@ -110,6 +110,7 @@ pub fn sink_ctx(
     output_mode: OutputMode,
 ) -> SinkContext {
     SinkContext {
+        storage_options: Default::default(),
         asset: "orders_out".into(),
         uri: BindingUri::parse(uri).unwrap(),
         schema: contract().arrow_schema(),

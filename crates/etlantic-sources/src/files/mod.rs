@@ -32,7 +32,7 @@
 //! location whose last segment has a known format extension is a file). Replayable.
 //!
 //! Streaming follows Spark's file stream source: the source keeps a log of the files it
-//! has seen under [`SourceContext::state_dir`] (the checkpoint's `sources/<n>/`; its
+//! has seen under [`SourceContext::state`] (the checkpoint's `sources/<n>/`; its
 //! layout and compaction in [`seen_log`]). [`Source::latest_offset`] lists the
 //! directory, assigns unseen files (at most the file limit) to the next index, persists
 //! that assignment with each file's size and modification time, and returns
@@ -484,8 +484,8 @@ impl FileSource {
             (path, None)
         };
         let decoder = ContractDecoder::new(ctx.schema.clone(), ctx.contract.as_deref())?;
-        let log = match &ctx.state_dir {
-            Some(dir) => Some(SeenLog::open(dir.clone())?),
+        let log = match &ctx.state {
+            Some(state) => Some(SeenLog::open_in(state.clone())?),
             None => None,
         };
         Ok(FileSource {
@@ -716,7 +716,7 @@ impl Source for FileSource {
                     &codes::CHECKPOINT_CORRUPT,
                     format!(
                         "file source offset index {s} is beyond its log in `{}` (last index: {})",
-                        log.dir().display(),
+                        log.location(),
                         last.map_or("none".to_string(), |l| l.to_string())
                     ),
                 ));
@@ -779,7 +779,7 @@ impl Source for FileSource {
                             &codes::CHECKPOINT_CORRUPT,
                             format!(
                                 "the file source log in `{}` has no entry for index {index}",
-                                log.dir().display()
+                                log.location()
                             ),
                         )
                     })?;

@@ -28,7 +28,7 @@ use etlantic_core::diagnostics::{codes, Error, Result};
 use etlantic_core::storage::{put_bytes, Storage};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 /// Indexes per segment file.
@@ -72,8 +72,7 @@ fn segment_of(index: u64) -> u64 {
 /// The seen-files log of one source (see the [module docs](self)).
 #[derive(Debug)]
 pub struct SeenLog {
-    dir: PathBuf,
-    /// Where its files are (the directory `dir`, see [`etlantic_core::storage::open`]).
+    /// Where its files are (the checkpoint's `sources/<n>/`, on any storage).
     storage: Arc<dyn Storage>,
     /// Every file name ever assigned.
     seen: HashSet<String>,
@@ -93,9 +92,12 @@ impl SeenLog {
     /// entry files of full compaction intervals into their segments and deletes entry
     /// files a segment already holds.
     pub fn open(dir: PathBuf) -> Result<Self> {
-        let storage = etlantic_core::storage::open(&dir);
+        Self::open_in(etlantic_core::storage::open(&dir))
+    }
+
+    /// Opens the log kept in `storage` (see [`SeenLog::open`]).
+    pub fn open_in(storage: Arc<dyn Storage>) -> Result<Self> {
         let mut log = SeenLog {
-            dir,
             storage,
             seen: HashSet::new(),
             current: BTreeMap::new(),
@@ -190,9 +192,9 @@ impl SeenLog {
         Ok(log)
     }
 
-    /// The directory of the log.
-    pub fn dir(&self) -> &Path {
-        &self.dir
+    /// Where the log is, for messages.
+    pub fn location(&self) -> String {
+        self.storage.display("")
     }
 
     /// The highest index assigned.
@@ -212,7 +214,7 @@ impl SeenLog {
                 &codes::CHECKPOINT_CORRUPT,
                 format!(
                     "file source log `{}`: index {index} is already assigned",
-                    self.dir.display()
+                    self.storage.display("")
                 ),
             ));
         }
@@ -221,8 +223,8 @@ impl SeenLog {
             index,
             files,
         };
-        let text = serde_json::to_string(&entry)
-            .map_err(|e| corrupt(&self.dir.display().to_string(), e))?;
+        let text =
+            serde_json::to_string(&entry).map_err(|e| corrupt(&self.storage.display(""), e))?;
         put_bytes(self.storage.as_ref(), &index.to_string(), text.as_bytes())?;
         self.seen.extend(entry.files.iter().map(|f| f.path.clone()));
         self.last = Some(index);
@@ -282,7 +284,7 @@ impl SeenLog {
                 index: *index,
                 files: files.clone(),
             })
-            .map_err(|e| corrupt(&self.dir.display().to_string(), e))?;
+            .map_err(|e| corrupt(&self.storage.display(""), e))?;
             text.push_str(&line);
             text.push('\n');
         }
@@ -323,6 +325,7 @@ impl SeenLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     fn file(name: &str) -> LoggedFile {
         LoggedFile {

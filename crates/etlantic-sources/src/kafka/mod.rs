@@ -247,7 +247,7 @@ impl KafkaSource {
         let meta: BaseConsumer = config
             .create()
             .map_err(|e| kafka_error("create a consumer", e))?;
-        let state = ctx.state_dir.as_deref().map(etlantic_core::storage::open);
+        let state = ctx.state.clone();
         // An unreadable file is an error, not a new query: its starting offsets would be
         // resolved again, and a replay of the first batch could read another range.
         let initial = match &state {

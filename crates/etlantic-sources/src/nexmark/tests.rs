@@ -13,13 +13,14 @@ fn source(uri: &str, cols: &[(&str, DataType)]) -> Result<NexmarkSource> {
             .collect::<Vec<_>>(),
     ));
     NexmarkSource::new(SourceContext {
+        storage_options: Default::default(),
         asset: "a".into(),
         uri: BindingUri::parse(uri).unwrap(),
         schema,
         contract: None,
         root: ".".into(),
         mode: ExecutionMode::Streaming,
-        state_dir: None,
+        state: None,
     })
 }
 

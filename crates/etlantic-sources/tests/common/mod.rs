@@ -77,13 +77,14 @@ pub fn ctx(
     state_dir: Option<PathBuf>,
 ) -> SourceContext {
     SourceContext {
+        storage_options: Default::default(),
         asset: asset.to_string(),
         uri: BindingUri::parse(uri).unwrap(),
         schema: contract.arrow_schema(),
         contract: Some(contract.clone()),
         root: root.to_path_buf(),
         mode,
-        state_dir,
+        state: state_dir.map(|d| etlantic_core::storage::open(&d)),
     }
 }
 

@@ -40,6 +40,10 @@
 //!   has a later whole snapshot that is durable (a file, or an entry of the log), with
 //!   the same margin as the whole snapshot files (see [`StateLog::note_whole`]). A new
 //!   segment starts every [`SEGMENT_VERSIONS`] versions, so old records can go.
+//!
+//! On an object store, which cannot append, a segment is one object written whole at
+//! each sync, so a segment holds one version ([`OBJECT_SEGMENT_VERSIONS`]): a record is
+//! one `PUT`, and a torn record cannot happen (an object is whole or absent).
 
 use super::batch_log::segments;
 use super::records::{corrupt_log as corrupt, io_err, FULL_SNAPSHOT_EVERY, KEPT_VERSIONS};
@@ -57,6 +61,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Versions per segment file.
 pub const SEGMENT_VERSIONS: u64 = FULL_SNAPSHOT_EVERY;
+
+/// Versions per segment on an object store, where every sync rewrites the whole segment
+/// (see [`Storage::appends`]): a record per object.
+pub const OBJECT_SEGMENT_VERSIONS: u64 = 1;
 
 const MAGIC: &[u8; 4] = b"ETLC";
 /// The magic, the head length and the head CRC.
@@ -448,10 +456,15 @@ impl StateLog {
     pub fn append(&self, version: u64, since: u64, entries: &[(&str, LogEntry<'_>)]) -> Result<()> {
         let mut inner = self.inner();
         let inner = &mut *inner;
+        let per_segment = if self.storage.appends() {
+            SEGMENT_VERSIONS
+        } else {
+            OBJECT_SEGMENT_VERSIONS
+        };
         if inner
             .current
             .as_ref()
-            .is_none_or(|c| version >= c.first + SEGMENT_VERSIONS)
+            .is_none_or(|c| version >= c.first + per_segment)
         {
             self.start_segment(inner, version)?;
         }

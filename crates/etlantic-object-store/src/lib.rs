@@ -1,0 +1,702 @@
+//! ETLantic's storage on object stores: `s3://bucket/prefix` (AWS S3 and S3-compatible
+//! stores), `gs://` and `az://`, through the `object_store` crate.
+//!
+//! Linking this crate registers [`ObjectStoreProvider`] for those schemes, so that
+//! [`etlantic_core::storage::open_location`] opens them as an [`ObjectStorage`]: the
+//! [`Storage`] trait on whole objects. What differs from a disk:
+//!
+//! - **No append.** [`Storage::appends`] is `false`. [`Storage::append`] is emulated
+//!   ([`append`]): the file is held in memory and each `sync` rewrites the whole object,
+//!   conditionally on the ETag it last wrote, so writes are durable at `sync` only and a
+//!   second writer's `sync` fails (`ETL803`). Its cost grows with the file: callers keep
+//!   such files short where appends are not cheap (the checkpoint's logs do).
+//! - **Conditional creates.** [`Storage::put_if_absent`] is a `PUT` with
+//!   `If-None-Match: *`; of two writers exactly one creates the object. A store that
+//!   ignores the header would let both win: [`StorageProvider::check`] with
+//!   `conditional` proves it honours it (`ETL717` otherwise).
+//! - **Rename** is a copy then a delete, not atomic.
+//! - **Locks are leases** ([`lease`]): an object naming its holder (host, boot, process)
+//!   and an expiry its holder keeps pushing forward; taken over when its holder is known
+//!   dead (same machine) or its expiry passed.
+//!
+//! # Configuration
+//!
+//! Credentials, region and endpoint come the AWS way: the `AWS_*` environment variables
+//! (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION`,
+//! `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`, web identity, ECS and instance credentials; for
+//! `gs://` and `az://` the `GOOGLE_*` and `AZURE_*` ones), overridden by the profile's
+//! `storage_options` (`endpoint`, `region`, `access_key_id`, `secret_access_key`,
+//! `session_token`, `allow_http`, and any other key `object_store` takes, such as
+//! `virtual_hosted_style_request`). Values there may be `${secret:NAME}`; they are
+//! resolved before they reach this crate and never printed.
+//!
+//! # Retries
+//!
+//! A request failing transiently (the connection, a timeout, HTTP 5xx, 429, S3's
+//! `SlowDown`) is retried with exponential backoff, up to [`RetryPolicy::attempts`]
+//! times; each retry is counted ([`Storage::retries`]) and the count shows in the
+//! progress records. Other failures are not retried: a missing bucket is `ETL714`,
+//! refused credentials `ETL715`, an endpoint still unreachable after the retries `ETL716`.
+
+mod append;
+pub mod lease;
+pub mod testing;
+
+use etlantic_core::diagnostics::{codes, Error, Result};
+use etlantic_core::storage::{
+    io_error, AppendFile, Lock, Storage, StorageOptions, StorageProvider, StorageRegistration,
+};
+use futures::{StreamExt, TryStreamExt};
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use std::future::Future;
+use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+/// The provider of `s3://`, `gs://` and `az://` locations.
+pub struct ObjectStoreProvider;
+
+inventory::submit! { StorageRegistration(&ObjectStoreProvider) }
+
+impl StorageProvider for ObjectStoreProvider {
+    fn schemes(&self) -> &'static [&'static str] {
+        &["s3", "s3a", "gs", "az", "abfs", "abfss"]
+    }
+
+    fn open(&self, url: &url::Url, options: &StorageOptions) -> Result<Arc<dyn Storage>> {
+        Ok(Arc::new(ObjectStorage::open(url, options)?))
+    }
+
+    fn check(&self, url: &url::Url, options: &StorageOptions, conditional: bool) -> Result<()> {
+        ObjectStorage::open(url, options)?
+            .with_policy(RetryPolicy::probe())
+            .check(conditional)
+    }
+}
+
+/// How transient failures are retried.
+#[derive(Clone, Copy, Debug)]
+pub struct RetryPolicy {
+    /// Attempts in all (the first one included).
+    pub attempts: u32,
+    /// The wait before the first retry; doubled at each retry.
+    pub first_backoff: Duration,
+    /// The longest wait between two attempts.
+    pub max_backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    /// Ten attempts over about half a minute: a store that is down longer fails the
+    /// micro-batch, which a restart runs again.
+    fn default() -> Self {
+        RetryPolicy {
+            attempts: 10,
+            first_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(5),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// Three attempts within a second: for checks at `validate` and start, which must
+    /// answer rather than hang.
+    pub fn probe() -> Self {
+        RetryPolicy {
+            attempts: 3,
+            first_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_millis(500),
+        }
+    }
+}
+
+/// The runtime the object-store requests run on: [`Storage`] is synchronous and is
+/// called from async code, so requests run on threads of their own and callers wait.
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("etlantic-object-store")
+            .enable_all()
+            .build()
+            .expect("the object-store runtime starts")
+    })
+}
+
+/// Runs `fut` on the object-store runtime and waits for it. Safe from any thread,
+/// including a tokio worker of another runtime (it blocks that thread, as a file read
+/// would).
+fn block<T: Send + 'static>(fut: impl Future<Output = T> + Send + 'static) -> T {
+    let task = runtime().spawn(fut);
+    futures::executor::block_on(task).expect("an object-store request does not panic")
+}
+
+/// A prefix of an object store as a [`Storage`] (see the [crate docs](crate)).
+#[derive(Clone)]
+pub struct ObjectStorage {
+    store: Arc<dyn ObjectStore>,
+    /// The prefix every path is under (no leading or trailing `/`).
+    prefix: String,
+    /// `scheme://bucket` and the prefix, for messages.
+    url: String,
+    policy: RetryPolicy,
+    retries: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for ObjectStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectStorage")
+            .field("url", &self.url)
+            .finish()
+    }
+}
+
+/// The kinds of request an object store bills by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Request {
+    /// `GET` of an object or a range of it.
+    Get,
+    /// `HEAD` of an object.
+    Head,
+    /// `PUT` of an object (conditional or not).
+    Put,
+    /// `LIST` of a prefix (a page).
+    List,
+    /// `DELETE` of an object, or a bulk delete of many.
+    Delete,
+    /// A server-side copy.
+    Copy,
+}
+
+impl Request {
+    /// Every kind, in the order of [`request_counts`].
+    pub const ALL: [Request; 6] = [
+        Request::Get,
+        Request::Head,
+        Request::Put,
+        Request::List,
+        Request::Delete,
+        Request::Copy,
+    ];
+
+    fn verb(self) -> &'static str {
+        match self {
+            Request::Get | Request::Head => "read",
+            Request::Put => "write",
+            Request::List => "list",
+            Request::Delete => "delete",
+            Request::Copy => "copy",
+        }
+    }
+}
+
+/// Requests sent by this process, by kind (retries included).
+static REQUESTS: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
+
+/// How many requests of each kind ([`Request::ALL`] order) this process has sent to
+/// object stores so far, retries included: an object store bills by request, and the
+/// cost figures in the docs are differences of these.
+pub fn request_counts() -> [u64; 6] {
+    std::array::from_fn(|i| REQUESTS[i].load(Ordering::Relaxed))
+}
+
+/// A request that failed for good.
+enum Failed {
+    /// The store's answer, for the caller to interpret (a missing object may be fine).
+    Store(object_store::Error),
+    /// Already a diagnostic (transient failures past the retries).
+    Diagnostic(Error),
+}
+
+impl ObjectStorage {
+    /// The storage at `url` (`scheme://bucket/prefix`), configured from the environment
+    /// and `options`. Offline: nothing is requested yet.
+    pub fn open(url: &url::Url, options: &StorageOptions) -> Result<Self> {
+        let store = build_store(url, options)?;
+        let prefix = url.path().trim_matches('/').to_string();
+        Ok(ObjectStorage::new(store, url.as_str(), &prefix))
+    }
+
+    /// `prefix` of `store` (shown as `url` in messages).
+    pub fn new(store: Arc<dyn ObjectStore>, url: &str, prefix: &str) -> Self {
+        ObjectStorage {
+            store,
+            prefix: prefix.trim_matches('/').to_string(),
+            url: url.trim_end_matches('/').to_string(),
+            policy: RetryPolicy::default(),
+            retries: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// The same storage retrying by `policy`.
+    pub fn with_policy(mut self, policy: RetryPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The object store underneath (for table formats that speak `object_store`).
+    pub fn object_store(&self) -> Arc<dyn ObjectStore> {
+        self.store.clone()
+    }
+
+    /// The object path of `path`.
+    pub fn object_path(&self, path: &str) -> ObjectPath {
+        let full = etlantic_core::storage::join(&self.prefix, path);
+        ObjectPath::from(full.as_str())
+    }
+
+    /// Proves the location usable (see [`StorageProvider::check`]).
+    pub fn check(&self, conditional: bool) -> Result<()> {
+        self.list("")?;
+        if conditional {
+            let probe = format!(".etlantic-check/{}", uuid::Uuid::new_v4());
+            let first = self.put_if_absent(&probe, b"1")?;
+            let second = self.put_if_absent(&probe, b"2")?;
+            self.delete(&probe)?;
+            if !first || second {
+                return Err(Error::new(
+                    &codes::STORAGE_UNSUPPORTED,
+                    format!(
+                        "`{}` does not honour conditional creates (a second PUT with If-None-Match: * of the same object succeeded)",
+                        self.url
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs `op` (built afresh for each attempt), retrying transient failures; a final
+    /// failure comes back as the store's error, for the caller to interpret.
+    fn attempt<T, F, Fut>(
+        &self,
+        request: Request,
+        path: &str,
+        op: F,
+    ) -> std::result::Result<T, Failed>
+    where
+        T: Send + 'static,
+        F: Fn(Arc<dyn ObjectStore>) -> Fut,
+        Fut: Future<Output = object_store::Result<T>> + Send + 'static,
+    {
+        let what = request.verb();
+        let mut backoff = self.policy.first_backoff;
+        let mut attempt = 1;
+        loop {
+            REQUESTS[request as usize].fetch_add(1, Ordering::Relaxed);
+            match block(op(self.store.clone())) {
+                Ok(v) => return Ok(v),
+                Err(e) if transient(&e) && attempt < self.policy.attempts => {
+                    tracing::warn!(
+                        "{what} {}: transient failure, retry {attempt} in {backoff:?}: {e}",
+                        self.display(path)
+                    );
+                    self.retries.fetch_add(1, Ordering::Relaxed);
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(self.policy.max_backoff);
+                    attempt += 1;
+                }
+                Err(e) if transient(&e) => {
+                    return Err(Failed::Diagnostic(Error::new(
+                        &codes::STORAGE_UNREACHABLE,
+                        format!(
+                            "cannot {what} `{}`: still failing after {attempt} attempts: {}",
+                            self.display(path),
+                            error_text(&e)
+                        ),
+                    )))
+                }
+                Err(e) => return Err(Failed::Store(e)),
+            }
+        }
+    }
+
+    /// [`ObjectStorage::attempt`] with every failure a diagnostic.
+    fn run<T, F, Fut>(&self, request: Request, path: &str, op: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: Fn(Arc<dyn ObjectStore>) -> Fut,
+        Fut: Future<Output = object_store::Result<T>> + Send + 'static,
+    {
+        self.attempt(request, path, op)
+            .map_err(|f| self.diagnostic(request.verb(), path, f))
+    }
+
+    fn diagnostic(&self, what: &str, path: &str, f: Failed) -> Error {
+        match f {
+            Failed::Store(e) => self.error(what, path, e),
+            Failed::Diagnostic(d) => d,
+        }
+    }
+
+    /// `None` for a missing object; a missing bucket is still an error.
+    fn absent_as_none<T>(
+        &self,
+        what: &str,
+        path: &str,
+        r: std::result::Result<T, Failed>,
+    ) -> Result<Option<T>> {
+        match r {
+            Ok(v) => Ok(Some(v)),
+            Err(Failed::Store(e @ object_store::Error::NotFound { .. }))
+                if !error_text(&e).contains("NoSuchBucket") =>
+            {
+                Ok(None)
+            }
+            Err(f) => Err(self.diagnostic(what, path, f)),
+        }
+    }
+
+    /// The diagnostic of a final failure.
+    fn error(&self, what: &str, path: &str, e: object_store::Error) -> Error {
+        let at = self.display(path);
+        let text = error_text(&e);
+        if text.contains("NoSuchBucket") {
+            return Error::new(
+                &codes::STORAGE_NOT_FOUND,
+                format!("cannot {what} `{at}`: the bucket does not exist ({text})"),
+            );
+        }
+        match e {
+            object_store::Error::PermissionDenied { .. }
+            | object_store::Error::Unauthenticated { .. } => Error::new(
+                &codes::STORAGE_DENIED,
+                format!("cannot {what} `{at}`: access denied: {text}"),
+            ),
+            _ if [
+                "InvalidAccessKeyId",
+                "SignatureDoesNotMatch",
+                "AccessDenied",
+            ]
+            .iter()
+            .any(|m| text.contains(m)) =>
+            {
+                Error::new(
+                    &codes::STORAGE_DENIED,
+                    format!("cannot {what} `{at}`: access denied: {text}"),
+                )
+            }
+            object_store::Error::NotImplemented { .. }
+            | object_store::Error::NotSupported { .. } => Error::new(
+                &codes::STORAGE_UNSUPPORTED,
+                format!("cannot {what} `{at}`: the store does not support it: {text}"),
+            ),
+            _ => io_error(what, &at, text),
+        }
+    }
+
+    fn put_payload(
+        &self,
+        path: &str,
+        bytes: Vec<u8>,
+        mode: PutMode,
+    ) -> std::result::Result<(), Failed> {
+        let at = self.object_path(path);
+        let payload = PutPayload::from(bytes);
+        self.attempt(Request::Put, path, move |s| {
+            let (at, payload, mode) = (at.clone(), payload.clone(), mode.clone());
+            async move {
+                s.put_opts(&at, payload, PutOptions::from(mode))
+                    .await
+                    .map(|_| ())
+            }
+        })
+    }
+}
+
+/// Whether `e` may pass on its own: the connection or a timeout, or the store saying it
+/// is overloaded or failing (HTTP 5xx, 429, `SlowDown`).
+fn transient(e: &object_store::Error) -> bool {
+    use object_store::client::HttpErrorKind;
+    let object_store::Error::Generic { .. } = e else {
+        return false;
+    };
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        if let Some(h) = s.downcast_ref::<object_store::client::HttpError>() {
+            return matches!(
+                h.kind(),
+                HttpErrorKind::Connect
+                    | HttpErrorKind::Request
+                    | HttpErrorKind::Timeout
+                    | HttpErrorKind::Interrupted
+            );
+        }
+        source = s.source();
+    }
+    let text = e.to_string();
+    [
+        "status code: 5",
+        "429",
+        "SlowDown",
+        "InternalError",
+        "ServiceUnavailable",
+    ]
+    .iter()
+    .any(|m| text.contains(m))
+}
+
+/// The message of `e` with its sources, credentials never among them.
+fn error_text(e: &object_store::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        let t = s.to_string();
+        if !out.contains(&t) {
+            out.push_str(": ");
+            out.push_str(&t);
+        }
+        source = s.source();
+    }
+    out
+}
+
+/// The object store of `url`, configured from the environment, then `options`.
+pub fn build_store(url: &url::Url, options: &StorageOptions) -> Result<Arc<dyn ObjectStore>> {
+    use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+    use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
+    use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
+    use object_store::{ClientConfigKey, RetryConfig};
+    let bad_option = |key: &str, e: &dyn std::fmt::Display| {
+        Error::new(
+            &codes::BAD_URI,
+            format!("storage option `{key}` for `{url}`: {e}"),
+        )
+        .with_help("See docs/connectors.md, \"Object stores\", for the options each store takes.")
+    };
+    let built = |r: object_store::Result<Arc<dyn ObjectStore>>| {
+        r.map_err(|e| {
+            Error::new(
+                &codes::BAD_URI,
+                format!("cannot configure the object store of `{url}`: {e}"),
+            )
+        })
+    };
+    // Retries are ours (counted, and classified with the request's own diagnostics).
+    let retry = RetryConfig {
+        max_retries: 0,
+        ..RetryConfig::default()
+    };
+    // A connection that cannot open fails fast into our retries; a request may take long
+    // (large objects on a slow link).
+    let defaults = [
+        (ClientConfigKey::ConnectTimeout, "5s"),
+        (ClientConfigKey::Timeout, "300s"),
+    ];
+    let base = format!("{}://{}", url.scheme(), url.host_str().unwrap_or_default());
+    match url.scheme() {
+        "s3" | "s3a" => {
+            let mut b = AmazonS3Builder::from_env()
+                .with_url(format!("s3://{}", url.host_str().unwrap_or_default()))
+                .with_retry(retry);
+            for (k, v) in defaults {
+                b = b.with_config(AmazonS3ConfigKey::Client(k), v);
+            }
+            for (k, v) in &options.0 {
+                let key: AmazonS3ConfigKey = k
+                    .parse()
+                    .or_else(|_| format!("aws_{k}").parse())
+                    .map_err(|e| bad_option(k, &e))?;
+                b = b.with_config(key, v);
+            }
+            built(b.build().map(|s| Arc::new(s) as Arc<dyn ObjectStore>))
+        }
+        "gs" => {
+            let mut b = GoogleCloudStorageBuilder::from_env()
+                .with_url(base)
+                .with_retry(retry);
+            for (k, v) in defaults {
+                b = b.with_config(GoogleConfigKey::Client(k), v);
+            }
+            for (k, v) in &options.0 {
+                let key: GoogleConfigKey = k.parse().map_err(|e| bad_option(k, &e))?;
+                b = b.with_config(key, v);
+            }
+            built(b.build().map(|s| Arc::new(s) as Arc<dyn ObjectStore>))
+        }
+        "az" | "abfs" | "abfss" => {
+            let mut b = MicrosoftAzureBuilder::from_env()
+                .with_url(url.as_str())
+                .with_retry(retry);
+            for (k, v) in defaults {
+                b = b.with_config(AzureConfigKey::Client(k), v);
+            }
+            for (k, v) in &options.0 {
+                let key: AzureConfigKey = k.parse().map_err(|e| bad_option(k, &e))?;
+                b = b.with_config(key, v);
+            }
+            built(b.build().map(|s| Arc::new(s) as Arc<dyn ObjectStore>))
+        }
+        other => Err(Error::new(
+            &codes::BAD_URI,
+            format!("`{other}://` is not an object store this crate serves (at {url})"),
+        )),
+    }
+}
+
+impl Storage for ObjectStorage {
+    fn display(&self, path: &str) -> String {
+        if path.is_empty() {
+            self.url.clone()
+        } else {
+            format!("{}/{path}", self.url)
+        }
+    }
+
+    fn read(&self, path: &str) -> Result<Option<Vec<u8>>> {
+        let at = self.object_path(path);
+        let r = self.attempt(Request::Get, path, move |s| {
+            let at = at.clone();
+            async move { s.get(&at).await?.bytes().await.map(|b| b.to_vec()) }
+        });
+        self.absent_as_none("read", path, r)
+    }
+
+    fn read_range(&self, path: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        let at = self.object_path(path);
+        let bytes = self.run(Request::Get, path, move |s| {
+            let at = at.clone();
+            async move { s.get_range(&at, offset..offset + len).await }
+        })?;
+        if bytes.len() as u64 != len {
+            return Err(io_error(
+                "read",
+                &self.display(path),
+                format!("{len} bytes at {offset} pass its end"),
+            ));
+        }
+        Ok(bytes.to_vec())
+    }
+
+    fn size(&self, path: &str) -> Result<Option<u64>> {
+        let at = self.object_path(path);
+        let r = self.attempt(Request::Head, path, move |s| {
+            let at = at.clone();
+            async move { s.head(&at).await.map(|m| m.size) }
+        });
+        self.absent_as_none("read", path, r)
+    }
+
+    fn list(&self, dir: &str) -> Result<Vec<String>> {
+        let at = self.object_path(dir);
+        let root = dir.trim_matches('/').is_empty() && self.prefix.is_empty();
+        let listed = self.run(Request::List, dir, move |s| {
+            let at = at.clone();
+            async move {
+                let prefix = if root { None } else { Some(&at) };
+                s.list_with_delimiter(prefix).await
+            }
+        })?;
+        let mut names: Vec<String> = listed
+            .common_prefixes
+            .iter()
+            .filter_map(|p| p.filename().map(|n| format!("{n}/")))
+            .chain(
+                listed
+                    .objects
+                    .iter()
+                    .filter_map(|m| m.location.filename().map(str::to_string)),
+            )
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    fn put(
+        &self,
+        path: &str,
+        fill: &mut dyn FnMut(&mut (dyn Write + Send)) -> Result<()>,
+    ) -> Result<()> {
+        let mut buffer = Vec::new();
+        fill(&mut buffer)?;
+        self.put_payload(path, buffer, PutMode::Overwrite)
+            .map_err(|f| self.diagnostic("write", path, f))
+    }
+
+    fn put_if_absent(&self, path: &str, bytes: &[u8]) -> Result<bool> {
+        let retries_before = self.retries.load(Ordering::Relaxed);
+        match self.put_payload(path, bytes.to_vec(), PutMode::Create) {
+            Ok(()) => Ok(true),
+            Err(Failed::Store(
+                object_store::Error::AlreadyExists { .. }
+                | object_store::Error::Precondition { .. },
+            )) => {
+                // A retried create may have succeeded on an attempt whose answer was
+                // lost: the object then holds exactly our bytes.
+                if self.retries.load(Ordering::Relaxed) != retries_before {
+                    if let Some(existing) = self.read(path)? {
+                        return Ok(existing == bytes);
+                    }
+                }
+                Ok(false)
+            }
+            Err(f) => Err(self.diagnostic("write", path, f)),
+        }
+    }
+
+    fn delete(&self, path: &str) -> Result<()> {
+        let at = self.object_path(path);
+        let r = self.attempt(Request::Delete, path, move |s| {
+            let at = at.clone();
+            async move { s.delete(&at).await }
+        });
+        self.absent_as_none("delete", path, r).map(|_| ())
+    }
+
+    fn delete_all(&self, paths: &[String]) -> Result<()> {
+        if paths.is_empty() {
+            return Ok(());
+        }
+        let at: Vec<ObjectPath> = paths.iter().map(|p| self.object_path(p)).collect();
+        self.run(Request::Delete, &paths[0], move |s| {
+            let at = at.clone();
+            async move {
+                let stream = futures::stream::iter(at.into_iter().map(Ok)).boxed();
+                s.delete_stream(stream)
+                    .try_filter_map(|_| async { Ok(None::<()>) })
+                    .or_else(|e| async move {
+                        match e {
+                            object_store::Error::NotFound { .. } => Ok(()),
+                            e => Err(e),
+                        }
+                    })
+                    .try_collect::<Vec<()>>()
+                    .await
+                    .map(|_| ())
+            }
+        })
+    }
+
+    fn rename(&self, from: &str, to: &str) -> Result<()> {
+        let (a, b) = (self.object_path(from), self.object_path(to));
+        self.run(Request::Copy, from, move |s| {
+            let (a, b) = (a.clone(), b.clone());
+            async move { s.copy(&a, &b).await }
+        })?;
+        self.delete(from)
+    }
+
+    fn append(&self, path: &str) -> Result<Box<dyn AppendFile>> {
+        Ok(Box::new(append::ObjectAppend::open(self.clone(), path)?))
+    }
+
+    fn lock(&self, path: &str) -> Result<Lock> {
+        lease::take(self.clone(), path)
+    }
+
+    fn appends(&self) -> bool {
+        false
+    }
+
+    fn retries(&self) -> u64 {
+        self.retries.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests;

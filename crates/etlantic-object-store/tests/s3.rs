@@ -1,0 +1,77 @@
+//! The object storage against a real S3-compatible server (moto, on 127.0.0.1).
+
+use etlantic_core::storage::{put_bytes, Storage, StorageOptions, StorageProvider};
+use etlantic_object_store::testing::S3TestServer;
+use etlantic_object_store::{ObjectStorage, ObjectStoreProvider};
+use std::sync::Arc;
+
+fn url(text: &str) -> url::Url {
+    url::Url::parse(text).unwrap()
+}
+
+#[test]
+fn s3_keeps_the_storage_contract_on_whole_objects() {
+    let server = S3TestServer::start();
+    server.create_bucket("contract");
+    let s = ObjectStorage::open(&url("s3://contract/some/prefix"), &server.options()).unwrap();
+    assert!(!s.appends());
+    assert_eq!(s.read("a/x").unwrap(), None);
+    put_bytes(&s, "a/x", b"one").unwrap();
+    put_bytes(&s, "a/x", b"two").unwrap();
+    assert_eq!(s.read("a/x").unwrap().unwrap(), b"two");
+    assert_eq!(s.size("a/x").unwrap(), Some(3));
+    assert_eq!(s.read_range("a/x", 1, 2).unwrap(), b"wo");
+    assert!(s.read_range("a/x", 2, 5).is_err());
+    // The conditional create is the server's, not ours: a real 412.
+    assert!(s.put_if_absent("a/y", b"first").unwrap());
+    assert!(!s.put_if_absent("a/y", b"second").unwrap());
+    assert_eq!(s.read("a/y").unwrap().unwrap(), b"first");
+    put_bytes(&s, "a/b/z", b"z").unwrap();
+    assert_eq!(s.list("a").unwrap(), vec!["b/", "x", "y"]);
+    s.rename("a/x", "a/w").unwrap();
+    assert_eq!(s.read("a/x").unwrap(), None);
+    s.delete_all(&["a/w".into(), "a/y".into(), "a/missing".into()])
+        .unwrap();
+    assert_eq!(s.list("a").unwrap(), vec!["b/"]);
+    // One process holds the lease; a second taker is refused until it is released.
+    let lease = s.lock(".lock").unwrap();
+    assert_eq!(s.lock(".lock").unwrap_err().code(), "ETL803");
+    drop(lease);
+    s.lock(".lock").unwrap();
+    assert_eq!(s.retries(), 0);
+    // Two storages on the same prefix race for one create: one wins.
+    let other: Arc<dyn Storage> = ObjectStoreProvider
+        .open(&url("s3://contract/some/prefix"), &server.options())
+        .unwrap();
+    let wins = [
+        s.put_if_absent("race", b"a").unwrap(),
+        other.put_if_absent("race", b"b").unwrap(),
+    ];
+    assert_eq!(wins, [true, false]);
+}
+
+#[test]
+fn bad_configurations_get_coded_diagnostics() {
+    let server = S3TestServer::start();
+    server.create_bucket("present");
+    // A missing bucket.
+    let e = ObjectStoreProvider
+        .check(&url("s3://absent/x"), &server.options(), true)
+        .unwrap_err();
+    assert_eq!(e.code(), "ETL714", "{e}");
+    assert!(e.to_string().contains("s3://absent/x"), "{e}");
+    // A readable object in a missing bucket is an error, not "no such object".
+    let s = ObjectStorage::open(&url("s3://absent/x"), &server.options()).unwrap();
+    assert_eq!(s.read("f").unwrap_err().code(), "ETL714");
+    // The bucket there: the check passes, conditional creates included.
+    ObjectStoreProvider
+        .check(&url("s3://present/x"), &server.options(), true)
+        .unwrap();
+    // An endpoint nobody answers on.
+    let mut options = server.options().0;
+    options.insert("endpoint".into(), "http://127.0.0.1:1".into());
+    let e = ObjectStoreProvider
+        .check(&url("s3://present/x"), &StorageOptions::new(options), true)
+        .unwrap_err();
+    assert_eq!(e.code(), "ETL716", "{e}");
+}
