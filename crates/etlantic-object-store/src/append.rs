@@ -11,10 +11,10 @@
 //! changed by someone else and answers `ETL803`. Each sync costs one `PUT` of the whole
 //! file: callers keep these files short on object stores.
 
-use crate::{Failed, ObjectStorage, Request};
+use crate::ObjectStorage;
 use etlantic_core::diagnostics::{codes, Error, Result};
 use etlantic_core::storage::{io_error, AppendFile, Storage};
-use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
+use object_store::{PutMode, UpdateVersion};
 
 /// A file of an object store open for appending (see the [module docs](self)).
 pub(crate) struct ObjectAppend {
@@ -55,39 +55,14 @@ impl ObjectAppend {
     }
 
     fn current(&self) -> Result<Option<(Vec<u8>, Option<String>)>> {
-        let at = self.storage.object_path(&self.path);
-        let r = self.storage.attempt(Request::Get, &self.path, move |s| {
-            let at = at.clone();
-            async move {
-                let got = s.get(&at).await?;
-                let etag = got.meta.e_tag.clone();
-                Ok((got.bytes().await?.to_vec(), etag))
-            }
-        });
-        self.storage.absent_as_none("read", &self.path, r)
+        self.storage.read_with_etag(&self.path)
     }
 
     /// Writes the whole file in `mode`: `Ok(Some(etag))` when written, `Ok(None)` when
     /// the condition failed.
     fn put_whole(&self, mode: PutMode) -> Result<Option<Option<String>>> {
-        let at = self.storage.object_path(&self.path);
-        let payload = PutPayload::from(self.bytes.clone());
-        let r = self.storage.attempt(Request::Put, &self.path, move |s| {
-            let (at, payload, mode) = (at.clone(), payload.clone(), mode.clone());
-            async move {
-                s.put_opts(&at, payload, PutOptions::from(mode))
-                    .await
-                    .map(|r| r.e_tag)
-            }
-        });
-        match r {
-            Ok(etag) => Ok(Some(etag)),
-            Err(Failed::Store(
-                object_store::Error::AlreadyExists { .. }
-                | object_store::Error::Precondition { .. },
-            )) => Ok(None),
-            Err(f) => Err(self.storage.diagnostic("write", &self.path, f)),
-        }
+        self.storage
+            .put_conditional(&self.path, self.bytes.clone(), mode)
     }
 
     fn taken(&self) -> Error {

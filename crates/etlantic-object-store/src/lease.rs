@@ -14,10 +14,10 @@
 //! and logs it; what keeps two writers from committing the same micro-batch is not the
 //! lease but the conditional creates of the checkpoint's log records.
 
-use crate::{Failed, ObjectStorage, Request};
+use crate::ObjectStorage;
 use etlantic_core::diagnostics::{codes, Error, Result};
 use etlantic_core::storage::{Lock, Storage};
-use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
+use object_store::{PutMode, UpdateVersion};
 use serde::{Deserialize, Serialize};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -82,16 +82,7 @@ impl Holder {
 
 /// The current lease object at `path` and its ETag, if there is one.
 fn current(storage: &ObjectStorage, path: &str) -> Result<Option<(Vec<u8>, Option<String>)>> {
-    let at = storage.object_path(path);
-    let r = storage.attempt(Request::Get, path, move |s| {
-        let at = at.clone();
-        async move {
-            let got = s.get(&at).await?;
-            let etag = got.meta.e_tag.clone();
-            Ok((got.bytes().await?.to_vec(), etag))
-        }
-    });
-    storage.absent_as_none("read", path, r)
+    storage.read_with_etag(path)
 }
 
 /// Writes `holder` at `path` in `mode`; `Ok(Some(etag))` when it did, `Ok(None)` when
@@ -102,23 +93,7 @@ fn write(
     holder: &Holder,
     mode: PutMode,
 ) -> Result<Option<Option<String>>> {
-    let at = storage.object_path(path);
-    let payload = PutPayload::from(holder.bytes());
-    let r = storage.attempt(Request::Put, path, move |s| {
-        let (at, payload, mode) = (at.clone(), payload.clone(), mode.clone());
-        async move {
-            s.put_opts(&at, payload, PutOptions::from(mode))
-                .await
-                .map(|r| r.e_tag)
-        }
-    });
-    match r {
-        Ok(etag) => Ok(Some(etag)),
-        Err(Failed::Store(
-            object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. },
-        )) => Ok(None),
-        Err(f) => Err(storage.diagnostic("write", path, f)),
-    }
+    storage.put_conditional(path, holder.bytes(), mode)
 }
 
 fn locked(storage: &ObjectStorage, path: &str, by: Option<&Holder>) -> Error {

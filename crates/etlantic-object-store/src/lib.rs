@@ -392,7 +392,7 @@ impl ObjectStorage {
         path: &str,
         bytes: Vec<u8>,
         mode: PutMode,
-    ) -> std::result::Result<(), Failed> {
+    ) -> std::result::Result<Option<String>, Failed> {
         let at = self.object_path(path);
         let payload = PutPayload::from(bytes);
         self.attempt(Request::Put, path, move |s| {
@@ -400,9 +400,41 @@ impl ObjectStorage {
             async move {
                 s.put_opts(&at, payload, PutOptions::from(mode))
                     .await
-                    .map(|_| ())
+                    .map(|r| r.e_tag)
             }
         })
+    }
+
+    /// Writes `bytes` to `path` in `mode`, a conditional create or update: the new
+    /// object's ETag, or `None` when the condition failed.
+    pub(crate) fn put_conditional(
+        &self,
+        path: &str,
+        bytes: Vec<u8>,
+        mode: PutMode,
+    ) -> Result<Option<Option<String>>> {
+        match self.put_payload(path, bytes, mode) {
+            Ok(etag) => Ok(Some(etag)),
+            Err(Failed::Store(
+                object_store::Error::AlreadyExists { .. }
+                | object_store::Error::Precondition { .. },
+            )) => Ok(None),
+            Err(f) => Err(self.diagnostic("write", path, f)),
+        }
+    }
+
+    /// The object at `path` and its ETag, if there is one.
+    pub(crate) fn read_with_etag(&self, path: &str) -> Result<Option<(Vec<u8>, Option<String>)>> {
+        let at = self.object_path(path);
+        let r = self.attempt(Request::Get, path, move |s| {
+            let at = at.clone();
+            async move {
+                let got = s.get(&at).await?;
+                let etag = got.meta.e_tag.clone();
+                Ok((got.bytes().await?.to_vec(), etag))
+            }
+        });
+        self.absent_as_none("read", path, r)
     }
 }
 
@@ -615,28 +647,26 @@ impl Storage for ObjectStorage {
         let mut buffer = Vec::new();
         fill(&mut buffer)?;
         self.put_payload(path, buffer, PutMode::Overwrite)
+            .map(|_| ())
             .map_err(|f| self.diagnostic("write", path, f))
     }
 
     fn put_if_absent(&self, path: &str, bytes: &[u8]) -> Result<bool> {
         let retries_before = self.retries.load(Ordering::Relaxed);
-        match self.put_payload(path, bytes.to_vec(), PutMode::Create) {
-            Ok(()) => Ok(true),
-            Err(Failed::Store(
-                object_store::Error::AlreadyExists { .. }
-                | object_store::Error::Precondition { .. },
-            )) => {
-                // A retried create may have succeeded on an attempt whose answer was
-                // lost: the object then holds exactly our bytes.
-                if self.retries.load(Ordering::Relaxed) != retries_before {
-                    if let Some(existing) = self.read(path)? {
-                        return Ok(existing == bytes);
-                    }
-                }
-                Ok(false)
-            }
-            Err(f) => Err(self.diagnostic("write", path, f)),
+        if self
+            .put_conditional(path, bytes.to_vec(), PutMode::Create)?
+            .is_some()
+        {
+            return Ok(true);
         }
+        // A retried create may have succeeded on an attempt whose answer was lost: the
+        // object then holds exactly our bytes.
+        if self.retries.load(Ordering::Relaxed) != retries_before {
+            if let Some(existing) = self.read(path)? {
+                return Ok(existing == bytes);
+            }
+        }
+        Ok(false)
     }
 
     fn delete(&self, path: &str) -> Result<()> {

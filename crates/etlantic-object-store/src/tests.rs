@@ -121,6 +121,22 @@ fn check_proves_conditional_creates() {
     assert_eq!(s.list(".etlantic-check").unwrap(), Vec::<String>::new());
 }
 
+/// Options of an S3 endpoint nothing listens on (port 1).
+fn nobody_listens() -> StorageOptions {
+    StorageOptions::new(
+        [
+            ("endpoint", "http://127.0.0.1:1"),
+            ("region", "us-east-1"),
+            ("allow_http", "true"),
+            ("access_key_id", "k"),
+            ("secret_access_key", "s"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect(),
+    )
+}
+
 #[test]
 fn options_are_checked_offline() {
     let url = url::Url::parse("s3://bucket/prefix").unwrap();
@@ -128,17 +144,7 @@ fn options_are_checked_offline() {
     let e = ObjectStorage::open(&url, &bad).unwrap_err();
     assert_eq!(e.code(), "ETL007");
     assert!(e.to_string().contains("no_such_option"), "{e}");
-    let good = StorageOptions::new(
-        [
-            ("endpoint".into(), "http://127.0.0.1:1".into()),
-            ("region".into(), "us-east-1".into()),
-            ("allow_http".into(), "true".into()),
-            ("access_key_id".into(), "k".into()),
-            ("secret_access_key".into(), "s".into()),
-        ]
-        .into(),
-    );
-    let s = ObjectStorage::open(&url, &good).unwrap();
+    let s = ObjectStorage::open(&url, &nobody_listens()).unwrap();
     assert_eq!(s.display("a"), "s3://bucket/prefix/a");
 }
 
@@ -146,17 +152,9 @@ fn options_are_checked_offline() {
 fn an_unreachable_endpoint_is_a_diagnostic_after_bounded_retries() {
     // Nothing listens on port 1.
     let url = url::Url::parse("s3://bucket/prefix").unwrap();
-    let options = StorageOptions::new(
-        [
-            ("endpoint".into(), "http://127.0.0.1:1".into()),
-            ("region".into(), "us-east-1".into()),
-            ("allow_http".into(), "true".into()),
-            ("access_key_id".into(), "k".into()),
-            ("secret_access_key".into(), "s".into()),
-        ]
-        .into(),
-    );
-    let e = ObjectStoreProvider.check(&url, &options, true).unwrap_err();
+    let e = ObjectStoreProvider
+        .check(&url, &nobody_listens(), true)
+        .unwrap_err();
     assert_eq!(e.code(), "ETL716", "{e}");
     assert!(e.to_string().contains("s3://bucket/prefix"), "{e}");
 }
