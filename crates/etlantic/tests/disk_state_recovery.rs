@@ -159,19 +159,9 @@ fn committed(dir: &Path) -> Vec<String> {
     rows
 }
 
-/// The logged offsets without their batch timestamps and plan fingerprints (the
-/// profile's `state_store` is part of the plan).
+/// The logged offsets as two runs with other `state_store`s agree on them.
 fn offsets(dir: &Path) -> BTreeMap<u64, Value> {
-    batch_log(&dir.join("chk"))
-        .offsets
-        .into_iter()
-        .map(|(n, e)| {
-            let mut v = serde_json::to_value(e).unwrap();
-            v.as_object_mut().unwrap().remove("batchTimestampMs");
-            v["conf"].as_object_mut().unwrap().remove("planFingerprint");
-            (n, v)
-        })
-        .collect()
+    common::comparable_offsets(batch_log(&dir.join("chk")))
 }
 
 /// The versions the disk store holds of the query's one operator in the checkpoint.

@@ -63,19 +63,7 @@ fn checkpoint(server: &S3TestServer, url: &str) -> Arc<dyn Storage> {
     Arc::new(ObjectStorage::open(&url::Url::parse(url).unwrap(), &server.options()).unwrap())
 }
 
-/// The logged offsets without their batch timestamps and plan fingerprints (the
-/// profile's locations are part of the plan).
-fn offsets(log: etlantic_runtime::checkpoint::batch_log::LogRecords) -> BTreeMap<u64, Value> {
-    log.offsets
-        .into_iter()
-        .map(|(n, e)| {
-            let mut v = serde_json::to_value(e).unwrap();
-            v.as_object_mut().unwrap().remove("batchTimestampMs");
-            v["conf"].as_object_mut().unwrap().remove("planFingerprint");
-            (n, v)
-        })
-        .collect()
-}
+use common::comparable_offsets as offsets;
 
 fn s3_log(storage: &Arc<dyn Storage>) -> etlantic_runtime::checkpoint::batch_log::LogRecords {
     etlantic_runtime::checkpoint::batch_log::read_all_in(&Sub::new(storage.clone(), "log"))

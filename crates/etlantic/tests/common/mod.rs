@@ -421,6 +421,28 @@ pub fn logged_whole_state(chk: &Path, op: &str, version: u64) -> Option<arrow::a
     }
 }
 
+/// The offsets records of `log` as JSON without their batch timestamps and plan
+/// fingerprints: what two runs of one input agree on when their profiles differ (the
+/// profile is part of the plan).
+#[allow(dead_code)]
+pub fn comparable_offsets(
+    log: etlantic_runtime::checkpoint::batch_log::LogRecords,
+) -> std::collections::BTreeMap<u64, Value> {
+    log.offsets
+        .into_iter()
+        .map(|(n, e)| {
+            let mut v = serde_json::to_value(e).expect("serialisable");
+            v.as_object_mut()
+                .expect("an object")
+                .remove("batchTimestampMs");
+            if let Some(conf) = v["conf"].as_object_mut() {
+                conf.remove("planFingerprint");
+            }
+            (n, v)
+        })
+        .collect()
+}
+
 /// The offsets record of batch `n` in the checkpoint `chk`, as JSON.
 pub fn logged_offsets(chk: &Path, n: u64) -> Option<Value> {
     batch_log(chk)
