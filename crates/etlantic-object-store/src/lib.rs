@@ -39,12 +39,14 @@
 //! refused credentials `ETL715`, an endpoint still unreachable after the retries `ETL716`.
 
 mod append;
+mod counted;
 pub mod lease;
 pub mod testing;
 
 use etlantic_core::diagnostics::{codes, Error, Result};
 use etlantic_core::storage::{
-    io_error, AppendFile, Lock, Storage, StorageOptions, StorageProvider, StorageRegistration,
+    io_error, AppendFile, FileMeta, Lock, Storage, StorageOptions, StorageProvider,
+    StorageRegistration,
 };
 use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path as ObjectPath;
@@ -62,7 +64,7 @@ inventory::submit! { StorageRegistration(&ObjectStoreProvider) }
 
 impl StorageProvider for ObjectStoreProvider {
     fn schemes(&self) -> &'static [&'static str] {
-        &["s3", "s3a", "gs", "az", "abfs", "abfss"]
+        etlantic_core::storage::OBJECT_SCHEMES
     }
 
     fn open(&self, url: &url::Url, options: &StorageOptions) -> Result<Arc<dyn Storage>> {
@@ -153,53 +155,16 @@ impl std::fmt::Debug for ObjectStorage {
     }
 }
 
-/// The kinds of request an object store bills by.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Request {
-    /// `GET` of an object or a range of it.
-    Get,
-    /// `HEAD` of an object.
-    Head,
-    /// `PUT` of an object (conditional or not).
-    Put,
-    /// `LIST` of a prefix (a page).
-    List,
-    /// `DELETE` of an object, or a bulk delete of many.
-    Delete,
-    /// A server-side copy.
-    Copy,
-}
+pub use etlantic_core::storage::requests::{request_counts, Request, RequestCounts};
 
-impl Request {
-    /// Every kind, in the order of [`request_counts`].
-    pub const ALL: [Request; 6] = [
-        Request::Get,
-        Request::Head,
-        Request::Put,
-        Request::List,
-        Request::Delete,
-        Request::Copy,
-    ];
-
-    fn verb(self) -> &'static str {
-        match self {
-            Request::Get | Request::Head => "read",
-            Request::Put => "write",
-            Request::List => "list",
-            Request::Delete => "delete",
-            Request::Copy => "copy",
-        }
+fn verb(request: Request) -> &'static str {
+    match request {
+        Request::Get | Request::Head => "read",
+        Request::Put => "write",
+        Request::List => "list",
+        Request::Delete => "delete",
+        Request::Copy => "copy",
     }
-}
-
-/// Requests sent by this process, by kind (retries included).
-static REQUESTS: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
-
-/// How many requests of each kind ([`Request::ALL`] order) this process has sent to
-/// object stores so far, retries included: an object store bills by request, and the
-/// cost figures in the docs are differences of these.
-pub fn request_counts() -> [u64; 6] {
-    std::array::from_fn(|i| REQUESTS[i].load(Ordering::Relaxed))
 }
 
 /// A request that failed for good.
@@ -281,11 +246,11 @@ impl ObjectStorage {
         F: Fn(Arc<dyn ObjectStore>) -> Fut,
         Fut: Future<Output = object_store::Result<T>> + Send + 'static,
     {
-        let what = request.verb();
+        let what = verb(request);
         let mut backoff = self.policy.first_backoff;
         let mut attempt = 1;
         loop {
-            REQUESTS[request as usize].fetch_add(1, Ordering::Relaxed);
+            etlantic_core::storage::requests::count(request);
             match block(op(self.store.clone())) {
                 Ok(v) => return Ok(v),
                 Err(e) if transient(&e) && attempt < self.policy.attempts => {
@@ -321,7 +286,7 @@ impl ObjectStorage {
         Fut: Future<Output = object_store::Result<T>> + Send + 'static,
     {
         self.attempt(request, path, op)
-            .map_err(|f| self.diagnostic(request.verb(), path, f))
+            .map_err(|f| self.diagnostic(verb(request), path, f))
     }
 
     fn diagnostic(&self, what: &str, path: &str, f: Failed) -> Error {
@@ -423,6 +388,19 @@ impl ObjectStorage {
         }
     }
 
+    /// One listing of directory `dir` (every page of it).
+    fn list_dir(&self, dir: &str) -> Result<object_store::ListResult> {
+        let at = self.object_path(dir);
+        let root = dir.trim_matches('/').is_empty() && self.prefix.is_empty();
+        self.run(Request::List, dir, move |s| {
+            let at = at.clone();
+            async move {
+                let prefix = if root { None } else { Some(&at) };
+                s.list_with_delimiter(prefix).await
+            }
+        })
+    }
+
     /// The object at `path` and its ETag, if there is one.
     pub(crate) fn read_with_etag(&self, path: &str) -> Result<Option<(Vec<u8>, Option<String>)>> {
         let at = self.object_path(path);
@@ -435,6 +413,15 @@ impl ObjectStorage {
             }
         });
         self.absent_as_none("read", path, r)
+    }
+}
+
+/// The [`FileMeta`] of a listed or headed object: its ETag is its version.
+fn file_meta(m: &object_store::ObjectMeta) -> FileMeta {
+    FileMeta {
+        size: m.size,
+        modified_ms: m.last_modified.timestamp_millis(),
+        version: m.e_tag.clone(),
     }
 }
 
@@ -485,12 +472,72 @@ fn error_text(e: &object_store::Error) -> String {
     out
 }
 
-/// The object store of `url`, configured from the environment, then `options`.
+pub use counted::Counted;
+
+/// The object store of `url`'s bucket for table formats (Delta, Iceberg) that send their
+/// own requests through `object_store`: configured as [`build_store`] does, but with
+/// `object_store`'s own retries of transient failures (ours cannot wrap their calls), and
+/// every request counted in [`request_counts`].
+pub fn table_store(url: &url::Url, options: &StorageOptions) -> Result<Arc<dyn ObjectStore>> {
+    let store = build_store_with(url, options, object_store::RetryConfig::default())?;
+    Ok(Arc::new(Counted::new(store)))
+}
+
+/// A table's stores for table formats that take a bucket's store and the table's
+/// (`deltalake`'s log stores): the bucket's [`table_store`], the same under the table's
+/// prefix, and the table's URL ending in `/`.
+pub struct TableStores {
+    /// The store of the bucket.
+    pub root: Arc<dyn ObjectStore>,
+    /// The store of the table's prefix.
+    pub prefixed: Arc<dyn ObjectStore>,
+    /// `scheme://bucket/prefix/`.
+    pub url: url::Url,
+}
+
+/// The [`TableStores`] of the table at `url` (`scheme://bucket/prefix`).
+pub fn table_stores(url: &url::Url, options: &StorageOptions) -> Result<TableStores> {
+    let mut bucket = url.clone();
+    bucket.set_path("/");
+    let root = table_store(&bucket, options)?;
+    let prefix = url.path().trim_matches('/');
+    let prefixed: Arc<dyn ObjectStore> = if prefix.is_empty() {
+        root.clone()
+    } else {
+        Arc::new(object_store::prefix::PrefixStore::new(
+            root.clone(),
+            ObjectPath::from(prefix),
+        ))
+    };
+    let mut table_url = url.clone();
+    table_url.set_path(&format!("/{prefix}/").replace("//", "/"));
+    Ok(TableStores {
+        root,
+        prefixed,
+        url: table_url,
+    })
+}
+
+/// The object store of `url`, configured from the environment, then `options`, with no
+/// retries of its own ([`ObjectStorage`] retries, counted).
 pub fn build_store(url: &url::Url, options: &StorageOptions) -> Result<Arc<dyn ObjectStore>> {
+    // Retries are ours (counted, and classified with the request's own diagnostics).
+    let retry = object_store::RetryConfig {
+        max_retries: 0,
+        ..object_store::RetryConfig::default()
+    };
+    build_store_with(url, options, retry)
+}
+
+fn build_store_with(
+    url: &url::Url,
+    options: &StorageOptions,
+    retry: object_store::RetryConfig,
+) -> Result<Arc<dyn ObjectStore>> {
     use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
     use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
     use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
-    use object_store::{ClientConfigKey, RetryConfig};
+    use object_store::ClientConfigKey;
     let bad_option = |key: &str, e: &dyn std::fmt::Display| {
         Error::new(
             &codes::BAD_URI,
@@ -505,11 +552,6 @@ pub fn build_store(url: &url::Url, options: &StorageOptions) -> Result<Arc<dyn O
                 format!("cannot configure the object store of `{url}`: {e}"),
             )
         })
-    };
-    // Retries are ours (counted, and classified with the request's own diagnostics).
-    let retry = RetryConfig {
-        max_retries: 0,
-        ..RetryConfig::default()
     };
     // A connection that cannot open fails fast into our retries; a request may take long
     // (large objects on a slow link).
@@ -614,16 +656,28 @@ impl Storage for ObjectStorage {
         self.absent_as_none("read", path, r)
     }
 
-    fn list(&self, dir: &str) -> Result<Vec<String>> {
-        let at = self.object_path(dir);
-        let root = dir.trim_matches('/').is_empty() && self.prefix.is_empty();
-        let listed = self.run(Request::List, dir, move |s| {
+    fn stat(&self, path: &str) -> Result<Option<FileMeta>> {
+        let at = self.object_path(path);
+        let r = self.attempt(Request::Head, path, move |s| {
             let at = at.clone();
-            async move {
-                let prefix = if root { None } else { Some(&at) };
-                s.list_with_delimiter(prefix).await
-            }
-        })?;
+            async move { s.head(&at).await.map(|m| file_meta(&m)) }
+        });
+        self.absent_as_none("read", path, r)
+    }
+
+    fn list_files(&self, dir: &str) -> Result<Vec<(String, FileMeta)>> {
+        let mut files: Vec<(String, FileMeta)> = self
+            .list_dir(dir)?
+            .objects
+            .iter()
+            .filter_map(|m| Some((m.location.filename()?.to_string(), file_meta(m))))
+            .collect();
+        files.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(files)
+    }
+
+    fn list(&self, dir: &str) -> Result<Vec<String>> {
+        let listed = self.list_dir(dir)?;
         let mut names: Vec<String> = listed
             .common_prefixes
             .iter()

@@ -28,6 +28,26 @@ fn s3_keeps_the_storage_contract_on_whole_objects() {
     assert_eq!(s.read("a/y").unwrap().unwrap(), b"first");
     put_bytes(&s, "a/b/z", b"z").unwrap();
     assert_eq!(s.list("a").unwrap(), vec!["b/", "x", "y"]);
+    // One listing tells each object's size and ETag, as a HEAD does.
+    let files = s.list_files("a").unwrap();
+    assert_eq!(
+        files
+            .iter()
+            .map(|(n, m)| (n.as_str(), m.size))
+            .collect::<Vec<_>>(),
+        vec![("x", 3), ("y", 5)]
+    );
+    for (name, listed) in &files {
+        let headed = s.stat(&format!("a/{name}")).unwrap().unwrap();
+        assert!(
+            listed.version.is_some() && listed.same_as(&headed),
+            "{listed:?} {headed:?}"
+        );
+    }
+    assert_eq!(s.stat("a/none").unwrap(), None);
+    // Same size, other bytes: a new ETag.
+    put_bytes(&s, "a/x", b"owt").unwrap();
+    assert!(!s.stat("a/x").unwrap().unwrap().same_as(&files[0].1));
     s.rename("a/x", "a/w").unwrap();
     assert_eq!(s.read("a/x").unwrap(), None);
     s.delete_all(&["a/w".into(), "a/y".into(), "a/missing".into()])

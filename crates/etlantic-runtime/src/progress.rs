@@ -183,6 +183,11 @@ pub struct QueryProgress {
     /// the query started (0 on a local disk).
     #[serde(skip_serializing_if = "is_zero")]
     pub storage_retries: u64,
+    /// Requests this process sent to object stores since the previous record (the first
+    /// record: since the process started), by kind: what the micro-batch cost on stores
+    /// that bill by request (the checkpoint, sources, sinks and tables together).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_requests: Option<etlantic_core::storage::requests::RequestCounts>,
     /// The contracts' quality rules evaluated in the micro-batch.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub quality: Vec<QualityProgress>,

@@ -17,23 +17,48 @@
 //! line was never reported as written (a write returns only after `fsync`), so
 //! [`QuarantineWriter::open`] cuts it off, as the checkpoint logs cut their torn tails,
 //! and [`read_quarantine`] ignores it; the replayed batch writes the record again.
+//!
+//! # On an object store
+//!
+//! An object store cannot append. A quarantine at `s3://bucket/prefix/quarantine.jsonl`
+//! is a prefix of JSON-lines objects instead, one per write (a micro-batch's rejects):
+//! `s3://bucket/prefix/quarantine.jsonl/<epoch ms>-<writer>-<n>.jsonl`, each created
+//! whole with a conditional put, so there is no torn tail and no object is ever
+//! rewritten. [`read_quarantine_at`] reads them in name order (the order they were
+//! written in). A write costs one `PUT`; a replayed micro-batch lists and reads the
+//! prefix once to skip what its crashed attempt wrote.
 
 use crate::secrets::Scrubber;
 use etlantic_core::data::RejectedRecord;
 use etlantic_core::diagnostics::{codes, Diagnostic, Diagnostics, Error, Result};
 use etlantic_core::profile::OnError;
-use etlantic_core::storage::{self, AppendFile, Storage};
+use etlantic_core::storage::{self, io_error, AppendFile, Location, Storage, StorageOptions};
 use etlantic_core::uri::BindingUri;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// Appends rejected records to a JSON-lines file.
+/// Appends rejected records to a JSON-lines file (or, on an object store, writes an
+/// object of them per write; see the [module docs](self)).
 #[derive(Debug)]
 pub struct QuarantineWriter {
-    path: PathBuf,
-    file: Box<dyn AppendFile>,
+    location: Location,
+    output: Output,
+}
+
+#[derive(Debug)]
+enum Output {
+    /// A JSON-lines file, appended and synced.
+    File(Box<dyn AppendFile>),
+    /// A prefix of an object store: an object per write.
+    Objects {
+        storage: Arc<dyn Storage>,
+        /// This writer's part of the object names (unique among writers).
+        writer: String,
+        /// Objects written so far.
+        written: u64,
+    },
 }
 
 /// The storage of the directory of `path` (see [`etlantic_core::storage::open`]) and the
@@ -61,32 +86,40 @@ impl QuarantineWriter {
     /// Opens `path` for appending, creating it and its parent directories, and cuts off a
     /// torn last line (see the [module docs](self)).
     pub fn open(path: impl Into<PathBuf>) -> Result<Self> {
-        let path = path.into();
-        let (dir, name) = located(&path);
-        let mut file = dir.append(&name)?;
-        cut_torn_tail(dir.as_ref(), &name, file.as_mut())?;
-        Ok(QuarantineWriter { path, file })
+        Self::open_at(&Location::Local(path.into()), &StorageOptions::default())
     }
 
-    /// Opens the quarantine output named by a profile (`file://<path>`; a relative path
-    /// is resolved against `root`). Other schemes are refused (`ETL505`).
-    pub fn from_uri(uri: &str, root: &Path) -> Result<Self> {
-        let parsed = BindingUri::parse(uri)?;
-        if parsed.scheme != "file" {
-            return Err(Error::new(
-                &codes::FORMAT_UNSUPPORTED,
-                format!(
-                    "quarantine output `{}` must be a file:// URI",
-                    parsed.redacted()
-                ),
-            ));
-        }
-        Self::open(etlantic_core::uri::located(root, &parsed.location))
+    /// Opens the quarantine at `location`: a local file as [`QuarantineWriter::open`]
+    /// does, or a prefix of an object store (writes nothing yet).
+    pub fn open_at(location: &Location, options: &StorageOptions) -> Result<Self> {
+        let output = match location {
+            Location::Local(path) => {
+                let (dir, name) = located(path);
+                let mut file = dir.append(&name)?;
+                cut_torn_tail(dir.as_ref(), &name, file.as_mut())?;
+                Output::File(file)
+            }
+            Location::Remote(_) => Output::Objects {
+                storage: storage::open_location(location, options)?,
+                writer: uuid::Uuid::new_v4().simple().to_string(),
+                written: 0,
+            },
+        };
+        Ok(QuarantineWriter {
+            location: location.clone(),
+            output,
+        })
     }
 
-    /// The file written.
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// Opens the quarantine output named by a profile (`file://<path>`, a relative path
+    /// resolved against `root`, or `s3://bucket/prefix/name.jsonl`).
+    pub fn from_uri(uri: &str, root: &Path, options: &StorageOptions) -> Result<Self> {
+        Self::open_at(&quarantine_location(uri, root)?, options)
+    }
+
+    /// Where it writes.
+    pub fn location(&self) -> &Location {
+        &self.location
     }
 
     /// One record's JSON line (without its newline): `code`, `reason`, `field`,
@@ -148,10 +181,66 @@ impl QuarantineWriter {
             buf.push_str(l);
             buf.push('\n');
         }
-        self.file.write(buf.as_bytes())?;
-        self.file.sync()?;
+        match &mut self.output {
+            Output::File(file) => {
+                file.write(buf.as_bytes())?;
+                file.sync()?;
+            }
+            Output::Objects {
+                storage,
+                writer,
+                written,
+            } => {
+                let now = chrono::Utc::now().timestamp_millis();
+                let name = format!("{now:013}-{writer}-{:06}.jsonl", *written);
+                if !storage.put_if_absent(&name, buf.as_bytes())? {
+                    return Err(io_error(
+                        "write",
+                        &storage.display(&name),
+                        "an object of that name exists (written by another writer)",
+                    ));
+                }
+                *written += 1;
+            }
+        }
         Ok(lines.len())
     }
+}
+
+/// The location a profile's quarantine URI names (`file://` resolved against `root`, or
+/// an object store's); `ETL505` for other schemes.
+pub fn quarantine_location(uri: &str, root: &Path) -> Result<Location> {
+    let parsed = BindingUri::parse(uri)?;
+    if parsed.scheme != "file" && !storage::OBJECT_SCHEMES.contains(&parsed.scheme.as_str()) {
+        return Err(Error::new(
+            &codes::FORMAT_UNSUPPORTED,
+            format!(
+                "quarantine output `{}` must be a file:// URI or an object store's (s3://)",
+                parsed.redacted()
+            ),
+        ));
+    }
+    Location::of_binding(&parsed, root)
+}
+
+/// Reads the quarantine at `location` back: a local file as
+/// [`read_quarantine_if_any`], or every object under an object-store prefix, in name
+/// order. A quarantine that was never written has no records.
+pub fn read_quarantine_at(location: &Location, options: &StorageOptions) -> Result<Vec<Value>> {
+    let storage = match location {
+        Location::Local(path) => return read_quarantine_if_any(path),
+        Location::Remote(_) => storage::open_location(location, options)?,
+    };
+    let mut out = Vec::new();
+    for (name, _) in storage.list_files("")? {
+        if !name.ends_with(".jsonl") {
+            continue;
+        }
+        let at = storage.display(&name);
+        let bytes = storage.read(&name)?.unwrap_or_default();
+        out.extend(parse_lines(&bytes, &at)?);
+    }
+    Ok(out)
 }
 
 /// Truncates `name` after its last newline when its last byte is not one (a torn
@@ -201,6 +290,11 @@ pub fn read_quarantine(path: impl AsRef<Path>) -> Result<Vec<Value>> {
     let bytes = dir
         .read(&name)?
         .ok_or_else(|| io("read", path, "it does not exist"))?;
+    parse_lines(&bytes, &path.display().to_string())
+}
+
+/// The JSON values of the complete lines of `bytes` (read from `at`).
+fn parse_lines(bytes: &[u8], at: &str) -> Result<Vec<Value>> {
     // Bytes first: a torn tail may end inside a multi-byte character.
     let complete = match bytes.iter().rposition(|b| *b == b'\n') {
         Some(i) => &bytes[..=i],
@@ -209,7 +303,7 @@ pub fn read_quarantine(path: impl AsRef<Path>) -> Result<Vec<Value>> {
     let text = std::str::from_utf8(complete).map_err(|e| {
         Error::new(
             &codes::IO_ERROR,
-            format!("quarantine file `{}` is not UTF-8: {e}", path.display()),
+            format!("quarantine file `{at}` is not UTF-8: {e}"),
         )
     })?;
     text.lines()
@@ -218,7 +312,7 @@ pub fn read_quarantine(path: impl AsRef<Path>) -> Result<Vec<Value>> {
             serde_json::from_str(l).map_err(|e| {
                 Error::new(
                     &codes::IO_ERROR,
-                    format!("quarantine file `{}` has a bad line: {e}", path.display()),
+                    format!("quarantine file `{at}` has a bad line: {e}"),
                 )
             })
         })
@@ -231,7 +325,8 @@ pub fn read_quarantine(path: impl AsRef<Path>) -> Result<Vec<Value>> {
 /// is opened on first use.
 #[derive(Debug)]
 pub struct Quarantine {
-    path: PathBuf,
+    location: Location,
+    storage_options: StorageOptions,
     writer: Option<QuarantineWriter>,
     scrub: Scrubber,
     run_id: String,
@@ -265,17 +360,20 @@ fn record_key(record: &RejectedRecord) -> String {
 }
 
 impl Quarantine {
-    /// The quarantine file `path` of a run (`run_id`) of a query (`query_id`, `None` in a
-    /// batch run), failing instead of writing when `on_error` says so.
+    /// The quarantine at `location` (a file, or an object-store prefix reached with
+    /// `storage_options`) of a run (`run_id`) of a query (`query_id`, `None` in a batch
+    /// run), failing instead of writing when `on_error` says so.
     pub fn new(
-        path: PathBuf,
+        location: Location,
+        storage_options: StorageOptions,
         scrub: Scrubber,
         run_id: &str,
         query_id: Option<&str>,
         on_error: OnError,
     ) -> Self {
         Quarantine {
-            path,
+            location,
+            storage_options,
             writer: None,
             scrub,
             run_id: run_id.to_string(),
@@ -284,9 +382,9 @@ impl Quarantine {
         }
     }
 
-    /// The file.
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// Where it writes.
+    pub fn location(&self) -> &Location {
+        &self.location
     }
 
     /// What this query already quarantined for `batch_id` (a key per record → count): a
@@ -296,7 +394,7 @@ impl Quarantine {
         let Some(query_id) = &self.query_id else {
             return Ok(out);
         };
-        for line in read_quarantine_if_any(&self.path)? {
+        for line in read_quarantine_at(&self.location, &self.storage_options)? {
             if line["query_id"].as_str() == Some(query_id.as_str())
                 && line["batch_id"].as_u64() == Some(batch_id)
             {
@@ -348,7 +446,10 @@ impl Quarantine {
             return Ok(0);
         }
         if self.writer.is_none() {
-            self.writer = Some(QuarantineWriter::open(&self.path)?);
+            self.writer = Some(QuarantineWriter::open_at(
+                &self.location,
+                &self.storage_options,
+            )?);
         }
         let writer = self.writer.as_mut().expect("opened above");
         writer.write_text_lines(&lines).map(|n| n as u64)

@@ -31,7 +31,10 @@ fn quarantine_appends_json_lines_durably() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("out/deep/quarantine.jsonl");
     let mut w = QuarantineWriter::open(&path).unwrap();
-    assert_eq!(w.path(), path.as_path());
+    assert_eq!(
+        w.location(),
+        &etlantic_core::storage::Location::Local(path.clone())
+    );
     let records = vec![
         rejected("ETL701", None, Some(2), None, "{bad"),
         rejected(
@@ -46,7 +49,12 @@ fn quarantine_appends_json_lines_durably() {
     assert_eq!(w.write("run-1", Some(5), &[]).unwrap(), 0);
     drop(w);
     // Reopening appends.
-    let mut w = QuarantineWriter::from_uri("file://out/deep/quarantine.jsonl", tmp.path()).unwrap();
+    let mut w = QuarantineWriter::from_uri(
+        "file://out/deep/quarantine.jsonl",
+        tmp.path(),
+        &Default::default(),
+    )
+    .unwrap();
     w.write(
         "run-2",
         None,
@@ -75,7 +83,7 @@ fn quarantine_appends_json_lines_durably() {
         })
     );
     assert_eq!(
-        QuarantineWriter::from_uri("kafka://broker/topic", tmp.path())
+        QuarantineWriter::from_uri("kafka://broker/topic", tmp.path(), &Default::default())
             .unwrap_err()
             .code(),
         "ETL505"

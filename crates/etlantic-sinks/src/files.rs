@@ -258,7 +258,7 @@ impl SinkProvider for FileSinkProvider {
 
 /// The object-store schemes the file sink writes to as well, through the storage
 /// provider linked for them (`etlantic-object-store`): `s3://bucket/prefix/?format=…`.
-pub const OBJECT_SCHEMES: &[&str] = &["s3", "s3a", "gs", "az", "abfs", "abfss"];
+pub use etlantic_core::storage::OBJECT_SCHEMES;
 
 /// A `file://` sink (see the [module docs](self)).
 #[derive(Debug)]
@@ -281,18 +281,7 @@ impl FileSink {
         if options.format == FileFormat::Csv {
             check_flat(&ctx.schema)?;
         }
-        let location = if ctx.uri.scheme == "file" {
-            Location::Local(ctx.resolve_path(&ctx.uri.location))
-        } else {
-            Location::parse(
-                &format!(
-                    "{}://{}",
-                    ctx.uri.scheme,
-                    ctx.uri.location.trim_end_matches('/')
-                ),
-                &ctx.root,
-            )?
-        };
+        let location = Location::of_binding(&ctx.uri, &ctx.root)?;
         Ok(FileSink {
             asset: ctx.asset.clone(),
             storage: storage::open_location(&location, &ctx.storage_options)?,
@@ -306,30 +295,11 @@ impl FileSink {
 
     /// The storage of the directory of a single output file, and the file's name.
     fn parent_and_name(&self) -> Result<(Arc<dyn Storage>, String)> {
-        match &self.location {
-            Location::Local(path) => {
-                let parent = path.parent().unwrap_or(Path::new("."));
-                let name = path
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                Ok((storage::open(parent), name))
-            }
-            Location::Remote(url) => {
-                let (parent, name) = url
-                    .path()
-                    .rsplit_once('/')
-                    .map(|(p, n)| (p.to_string(), n.to_string()))
-                    .unwrap_or_default();
-                let mut parent_url = url.clone();
-                parent_url.set_path(&parent);
-                let parent = Location::Remote(parent_url);
-                Ok((
-                    storage::open_location(&parent, &self.storage_options)?,
-                    name,
-                ))
-            }
-        }
+        let (parent, name) = self.location.parent_and_name();
+        Ok((
+            storage::open_location(&parent, &self.storage_options)?,
+            name,
+        ))
     }
 
     fn write_dir(

@@ -14,7 +14,11 @@
 //!   plain path. The file and its directory are created when missing. Only SQLite
 //!   catalogs are supported (other schemes get `ETL007`).
 //! - `warehouse` (default `.etlantic/iceberg/warehouse`): the directory new tables are
-//!   created under (`<warehouse>/<namespace...>/<table>`), as a path or `file://<path>`.
+//!   created under (`<warehouse>/<namespace...>/<table>`), as a path, `file://<path>`, or
+//!   a prefix of an object store (`s3://bucket/prefix`, also `gs://`, `az://`; reached
+//!   with the profile's `storage_options` and the `AWS_*` variables). On an object store
+//!   every file (data, manifests, table metadata) is written whole with one `PUT`; the
+//!   catalog's compare-and-set on the metadata pointer stays the commit.
 //!   An existing table keeps the location recorded in the catalog.
 //! - `catalog_name` (default `etlantic`): the catalog name the SQL catalog stores rows under.
 //!
@@ -126,6 +130,7 @@ use etlantic_core::plugin::{option_names, BindingOption};
 use etlantic_core::plugin::{
     Sink, SinkBatch, SinkCapabilities, SinkContext, SinkProvider, SinkRegistration, WriteOutcome,
 };
+use etlantic_core::storage::{Location, StorageOptions};
 use etlantic_core::streaming::{ExecutionMode, OutputMode};
 use etlantic_core::uri::BindingUri;
 use futures::TryStreamExt;
@@ -164,10 +169,13 @@ pub struct IcebergTarget {
     pub table: String,
     /// The SQLite catalog database (absolute once resolved).
     pub catalog: PathBuf,
-    /// The warehouse directory new tables are created under (absolute once resolved).
-    pub warehouse: PathBuf,
+    /// The warehouse new tables are created under: a directory (absolute once resolved)
+    /// or an object-store prefix.
+    pub warehouse: Location,
     /// The catalog name.
     pub catalog_name: String,
+    /// How to reach a warehouse on an object store (the profile's `storage_options`).
+    pub storage_options: StorageOptions,
 }
 
 fn bad_uri(uri: &BindingUri, why: impl std::fmt::Display, help: &str) -> Error {
@@ -210,7 +218,7 @@ impl IcebergTarget {
         }
         let (table, namespace) = parts.split_last().expect("two parts or more");
         let mut catalog = PathBuf::from(DEFAULT_CATALOG);
-        let mut warehouse = PathBuf::from(DEFAULT_WAREHOUSE);
+        let mut warehouse = Location::Local(PathBuf::from(DEFAULT_WAREHOUSE));
         let mut catalog_name = DEFAULT_CATALOG_NAME.to_string();
         for (k, v) in &uri.params {
             match k.as_str() {
@@ -240,19 +248,24 @@ impl IcebergTarget {
                 "warehouse" => {
                     let path = if let Some(p) = v.strip_prefix("file://") {
                         p
-                    } else if v.contains("://") {
-                        return Err(bad_uri(
-                            uri,
-                            format!("warehouse `{v}` is not supported: tables live on the local file system"),
-                            "Use warehouse=<directory> or file://<directory>.",
-                        ));
+                    } else if let Some((scheme, _)) = v.split_once("://") {
+                        if !etlantic_core::storage::OBJECT_SCHEMES.contains(&scheme) {
+                            return Err(bad_uri(
+                                uri,
+                                format!("warehouse `{v}` is not supported: `{scheme}://` is neither a directory nor an object store"),
+                                "Use warehouse=<directory>, file://<directory> or s3://<bucket>/<prefix>.",
+                            ));
+                        }
+                        warehouse = Location::parse(v, Path::new("/"))
+                            .map_err(|e| bad_uri(uri, e, URI_HELP))?;
+                        continue;
                     } else {
                         v.as_str()
                     };
                     if path.is_empty() {
                         return Err(bad_uri(uri, "the warehouse is empty", URI_HELP));
                     }
-                    warehouse = PathBuf::from(path);
+                    warehouse = Location::Local(PathBuf::from(path));
                 }
                 "catalog_name" => {
                     if v.trim().is_empty() {
@@ -278,7 +291,14 @@ impl IcebergTarget {
             catalog,
             warehouse,
             catalog_name,
+            storage_options: StorageOptions::default(),
         })
+    }
+
+    /// The same target, reaching an object-store warehouse with `options`.
+    pub fn with_storage_options(mut self, options: StorageOptions) -> Self {
+        self.storage_options = options;
+        self
     }
 
     /// Resolves relative paths against `root`.
@@ -286,8 +306,10 @@ impl IcebergTarget {
         if self.catalog.is_relative() {
             self.catalog = root.join(&self.catalog);
         }
-        if self.warehouse.is_relative() {
-            self.warehouse = root.join(&self.warehouse);
+        if let Location::Local(dir) = &self.warehouse {
+            if dir.is_relative() {
+                self.warehouse = Location::Local(root.join(dir));
+            }
         }
         self
     }
@@ -321,10 +343,15 @@ impl IcebergTarget {
         let url = format!("sqlite://{}?mode=rwc", encode_path(&self.catalog));
         SqlCatalogBuilder::default()
             .uri(url)
-            .warehouse_location(format!("file://{}", self.warehouse.display()))
+            .warehouse_location(match &self.warehouse {
+                Location::Local(dir) => format!("file://{}", dir.display()),
+                Location::Remote(url) => url.to_string(),
+            })
             .sql_bind_style(SqlBindStyle::QMark)
             .prop("pool.max-connections", "2")
-            .with_storage_factory(Arc::new(LayeredStorageFactory))
+            .with_storage_factory(Arc::new(LayeredStorageFactory::new(
+                self.storage_options.clone(),
+            )))
             .load(self.catalog_name.clone(), HashMap::new())
             .await
             .map_err(|e| open_err(e.to_string()))
@@ -581,7 +608,7 @@ pub const OPTIONS: &[BindingOption] = &[
     BindingOption {
         name: "warehouse",
         default: ".etlantic/iceberg/warehouse",
-        meaning: "The directory new tables are created under, a path or `file://PATH`.",
+        meaning: "Where new tables are created: a directory (a path or `file://PATH`) or an object-store prefix (`s3://BUCKET/PREFIX`).",
     },
     BindingOption {
         name: "catalog_name",
@@ -652,7 +679,9 @@ impl IcebergSink {
     /// Creates the sink: parses the binding and checks the schema maps to Iceberg
     /// (writes nothing; the catalog is opened on the first write).
     pub fn new(ctx: SinkContext) -> Result<Self> {
-        let target = IcebergTarget::from_uri(&ctx.uri)?.resolve(&ctx.root);
+        let target = IcebergTarget::from_uri(&ctx.uri)?
+            .resolve(&ctx.root)
+            .with_storage_options(ctx.storage_options.clone());
         if ctx.mode == ExecutionMode::Batch {
             return Err(mode_unsupported("batch runs"));
         }
@@ -912,7 +941,10 @@ mod tests {
         assert_eq!(t.namespace, vec!["db"]);
         assert_eq!(t.table, "events");
         assert_eq!(t.catalog, Path::new("/proj/.etlantic/iceberg/catalog.db"));
-        assert_eq!(t.warehouse, Path::new("/proj/.etlantic/iceberg/warehouse"));
+        assert_eq!(
+            t.warehouse,
+            Location::Local("/proj/.etlantic/iceberg/warehouse".into())
+        );
         let t = IcebergTarget::from_uri(
             &BindingUri::parse("iceberg://a/b/t?catalog=sqlite:///x/c.db&warehouse=file://wh")
                 .unwrap(),
@@ -921,13 +953,20 @@ mod tests {
         .resolve(Path::new("/proj"));
         assert_eq!(t.namespace, vec!["a", "b"]);
         assert_eq!(t.catalog, Path::new("/x/c.db"));
-        assert_eq!(t.warehouse, Path::new("/proj/wh"));
+        assert_eq!(t.warehouse, Location::Local("/proj/wh".into()));
+        let t = IcebergTarget::from_uri(
+            &BindingUri::parse("iceberg://db/t?warehouse=s3://bucket/wh/").unwrap(),
+        )
+        .unwrap()
+        .resolve(Path::new("/proj"));
+        assert_eq!(t.warehouse.to_string(), "s3://bucket/wh");
         for bad in [
             "iceberg://events",
             "iceberg://db/ev.ents",
             "iceberg://db/t?catalog=postgres://h/db",
             "iceberg://db/t?catalog=sqlite::memory:",
-            "iceberg://db/t?warehouse=s3://bucket/wh",
+            "iceberg://db/t?warehouse=ftp://host/wh",
+            "iceberg://db/t?warehouse=s3:///no-bucket",
             "iceberg://db/t?mode=overwrite",
         ] {
             let e = IcebergTarget::from_uri(&BindingUri::parse(bad).unwrap()).unwrap_err();

@@ -8,12 +8,17 @@
 //! pointing at a lost or torn file. It also lets the power-cut tests, which
 //! [`mount`](etlantic_core::storage::mount) a simulated disk, cut the table's own writes.
 //!
-//! Locations are `file://` URLs or absolute paths; each operation opens the storage of
-//! the file's directory with [`etlantic_core::storage::open`].
+//! Locations are `file://` URLs or absolute paths, each operation opening the storage of
+//! the file's directory with [`etlantic_core::storage::open`]; or object-store URLs
+//! (`s3://bucket/key`), served by the storage of the bucket (opened once per bucket with
+//! the factory's [`StorageOptions`]): there a whole-file write is one `PUT` and a streamed
+//! file is held until it is closed, then written with one `PUT`.
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use etlantic_core::storage::{self as storage, AppendFile, Storage as EtlStorage};
+use etlantic_core::storage::{
+    self as storage, AppendFile, Location, Storage as EtlStorage, StorageOptions, Sub,
+};
 use futures::stream::{BoxStream, StreamExt};
 use iceberg::io::{
     FileMetadata, FileRead, FileWrite, InputFile, OutputFile, Storage, StorageConfig,
@@ -21,24 +26,105 @@ use iceberg::io::{
 };
 use iceberg::{Error, ErrorKind, Result};
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// The [`StorageFactory`] of [`LayeredStorage`] (see the [module docs](self)).
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
-pub struct LayeredStorageFactory;
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct LayeredStorageFactory {
+    /// How to reach object stores. Never serialised: values may be credentials (a
+    /// deserialised factory reaches stores with the environment's configuration).
+    #[serde(skip)]
+    options: StorageOptions,
+}
+
+impl LayeredStorageFactory {
+    /// A factory whose storages reach object stores with `options`.
+    pub fn new(options: StorageOptions) -> Self {
+        LayeredStorageFactory { options }
+    }
+}
 
 #[typetag::serde]
 impl StorageFactory for LayeredStorageFactory {
     fn build(&self, _config: &StorageConfig) -> Result<Arc<dyn Storage>> {
-        Ok(Arc::new(LayeredStorage))
+        Ok(Arc::new(LayeredStorage::new(self.options.clone())))
     }
 }
 
 /// iceberg-rust's [`Storage`] over the storage layer (see the [module docs](self)).
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
-pub struct LayeredStorage;
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct LayeredStorage {
+    #[serde(skip)]
+    options: StorageOptions,
+    /// The storage of each bucket reached so far (`scheme://bucket`).
+    #[serde(skip)]
+    buckets: Arc<Mutex<HashMap<String, Arc<dyn EtlStorage>>>>,
+}
+
+impl LayeredStorage {
+    /// A storage reaching object stores with `options`.
+    pub fn new(options: StorageOptions) -> Self {
+        LayeredStorage {
+            options,
+            buckets: Arc::default(),
+        }
+    }
+
+    /// The storage of the directory `location` is in (local, or on its bucket) and the
+    /// file's name in it.
+    fn locate(&self, location: &str) -> Result<(Arc<dyn EtlStorage>, String)> {
+        let Some((dir, name)) = self.remote(location)? else {
+            return locate(location);
+        };
+        let name = name.ok_or_else(|| err("use", location, "it names no file"))?;
+        Ok((dir, name))
+    }
+
+    /// For an object-store location: the storage of its directory and its last segment.
+    #[allow(clippy::type_complexity)]
+    fn remote(&self, location: &str) -> Result<Option<(Arc<dyn EtlStorage>, Option<String>)>> {
+        let Some((scheme, _)) = location.split_once("://") else {
+            return Ok(None);
+        };
+        if !storage::OBJECT_SCHEMES.contains(&scheme) {
+            return Ok(None);
+        }
+        let url = url::Url::parse(location).map_err(|e| err("use", location, e))?;
+        let bucket = format!("{scheme}://{}", url.host_str().unwrap_or_default());
+        let root = {
+            let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+            match buckets.get(&bucket) {
+                Some(s) => s.clone(),
+                None => {
+                    let at = Location::parse(&bucket, Path::new("/"))
+                        .map_err(|e| err("use", location, e))?;
+                    let s = storage::open_location(&at, &self.options)
+                        .map_err(|e| err("open", location, e))?;
+                    buckets.insert(bucket, s.clone());
+                    s
+                }
+            }
+        };
+        let key = url.path().trim_matches('/');
+        let (dir, name) = match key.rsplit_once('/') {
+            Some((dir, name)) => (dir, Some(name.to_string())),
+            None => ("", (!key.is_empty()).then(|| key.to_string())),
+        };
+        Ok(Some((Arc::new(Sub::new(root, dir)), name)))
+    }
+
+    /// The storage of the directory `location` names.
+    fn directory(&self, location: &str) -> Result<Arc<dyn EtlStorage>> {
+        match self.remote(location)? {
+            Some((dir, Some(name))) => Ok(Arc::new(Sub::new(dir, &name))),
+            Some((dir, None)) => Ok(dir),
+            None => Ok(storage::open(&local_path(location)?)),
+        }
+    }
+}
 
 fn err(what: &str, path: &str, e: impl std::fmt::Display) -> Error {
     Error::new(
@@ -81,7 +167,7 @@ fn locate(location: &str) -> Result<(Arc<dyn EtlStorage>, String)> {
 #[typetag::serde]
 impl Storage for LayeredStorage {
     async fn exists(&self, path: &str) -> Result<bool> {
-        let (dir, name) = locate(path)?;
+        let (dir, name) = self.locate(path)?;
         if dir
             .size(&name)
             .map_err(|e| err("inspect", path, e))?
@@ -97,7 +183,7 @@ impl Storage for LayeredStorage {
     }
 
     async fn metadata(&self, path: &str) -> Result<FileMetadata> {
-        let (dir, name) = locate(path)?;
+        let (dir, name) = self.locate(path)?;
         let size = dir
             .size(&name)
             .map_err(|e| err("inspect", path, e))?
@@ -106,7 +192,7 @@ impl Storage for LayeredStorage {
     }
 
     async fn read(&self, path: &str) -> Result<Bytes> {
-        let (dir, name) = locate(path)?;
+        let (dir, name) = self.locate(path)?;
         dir.read(&name)
             .map_err(|e| err("read", path, e))?
             .map(Bytes::from)
@@ -114,7 +200,7 @@ impl Storage for LayeredStorage {
     }
 
     async fn reader(&self, path: &str) -> Result<Box<dyn FileRead>> {
-        let (dir, name) = locate(path)?;
+        let (dir, name) = self.locate(path)?;
         if dir.size(&name).map_err(|e| err("open", path, e))?.is_none() {
             return Err(err("open", path, "no such file"));
         }
@@ -126,12 +212,12 @@ impl Storage for LayeredStorage {
     }
 
     async fn write(&self, path: &str, bs: Bytes) -> Result<()> {
-        let (dir, name) = locate(path)?;
+        let (dir, name) = self.locate(path)?;
         storage::put_bytes(dir.as_ref(), &name, &bs).map_err(|e| err("write", path, e))
     }
 
     async fn writer(&self, path: &str) -> Result<Box<dyn FileWrite>> {
-        let (dir, name) = locate(path)?;
+        let (dir, name) = self.locate(path)?;
         let mut file = dir.append(&name).map_err(|e| err("create", path, e))?;
         // A writer replaces the file, as creating it on a local disk does.
         if !file.is_empty() {
@@ -144,12 +230,12 @@ impl Storage for LayeredStorage {
     }
 
     async fn delete(&self, path: &str) -> Result<()> {
-        let (dir, name) = locate(path)?;
+        let (dir, name) = self.locate(path)?;
         dir.delete(&name).map_err(|e| err("delete", path, e))
     }
 
     async fn delete_prefix(&self, path: &str) -> Result<()> {
-        let dir = storage::open(&local_path(path)?);
+        let dir = self.directory(path)?;
         let files: Vec<String> = storage::walk_files(dir.as_ref(), "")
             .map_err(|e| err("list", path, e))?
             .into_iter()
@@ -166,11 +252,11 @@ impl Storage for LayeredStorage {
     }
 
     fn new_input(&self, path: &str) -> Result<InputFile> {
-        Ok(InputFile::new(Arc::new(*self), path.to_string()))
+        Ok(InputFile::new(Arc::new(self.clone()), path.to_string()))
     }
 
     fn new_output(&self, path: &str) -> Result<OutputFile> {
-        Ok(OutputFile::new(Arc::new(*self), path.to_string()))
+        Ok(OutputFile::new(Arc::new(self.clone()), path.to_string()))
     }
 }
 
@@ -236,7 +322,7 @@ mod tests {
     #[tokio::test]
     async fn files_written_whole_or_streamed_read_back() {
         let tmp = tempfile::tempdir().unwrap();
-        let io = LayeredStorage;
+        let io = LayeredStorage::default();
         let meta = format!("file://{}/t/metadata/v1.json", tmp.path().display());
         io.write(&meta, Bytes::from_static(b"{\"v\":1}"))
             .await

@@ -4,7 +4,9 @@
 //! # Binding
 //!
 //! `delta://<path>?version=N&startingVersion=N&maxVersionsPerTrigger=N` — `<path>` is the
-//! table directory, relative to the project root or absolute.
+//! table directory, relative to the project root or absolute, or a table on an object
+//! store written as its URL (`delta://s3://bucket/table`; built with the `object-store`
+//! feature, reached with the profile's `storage_options` and the `AWS_*` variables).
 //!
 //! # Bounded (batch runs, the static side of stream-static joins)
 //!
@@ -49,7 +51,7 @@ use arrow::compute::{cast, concat_batches, take};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use arrow::row::{RowConverter, SortField};
 use deltalake::datafusion::prelude::SessionContext;
-use deltalake::logstore::{logstore_for, StorageConfig};
+use deltalake::logstore::{logstore_for, LogStoreRef, StorageConfig};
 use deltalake::{DeltaTable, DeltaTableConfig, DeltaTableError};
 use etlantic_core::data::{Offset, SourcePosition};
 use etlantic_core::diagnostics::{codes, Diagnostic, Error, Result};
@@ -59,9 +61,10 @@ use etlantic_core::plugin::{
     ReadLimit, Source, SourceBatch, SourceCapabilities, SourceContext, SourceProvider,
     SourceRegistration,
 };
+use etlantic_core::storage::{Location, StorageOptions};
 use etlantic_core::streaming::ExecutionMode;
 use etlantic_core::uri::BindingUri;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use url::Url;
 
@@ -180,7 +183,8 @@ impl SourceProvider for DeltaSourceProvider {
         Ok(Box::new(DeltaSource {
             asset: ctx.asset.clone(),
             location: ctx.uri.location.clone(),
-            path: ctx.resolve_path(&ctx.uri.location),
+            table: table_location(&ctx.uri.location, &ctx.root)?,
+            storage_options: ctx.storage_options.clone(),
             options,
             mode: ctx.mode,
             decoder,
@@ -193,17 +197,70 @@ impl SourceProvider for DeltaSourceProvider {
 pub struct DeltaSource {
     asset: String,
     location: String,
-    path: PathBuf,
+    table: Location,
+    storage_options: StorageOptions,
     options: DeltaSourceOptions,
     mode: ExecutionMode,
     decoder: ContractDecoder,
 }
 
-fn io(what: &str, path: &Path, e: impl std::fmt::Display) -> Error {
+fn io(what: &str, table: &Location, e: impl std::fmt::Display) -> Error {
     Error::new(
         &codes::IO_ERROR,
-        format!("{what} the Delta table `{}`: {e}", path.display()),
+        format!("{what} the Delta table `{table}`: {e}"),
     )
+}
+
+/// Where a binding's table is: a directory (relative to `root` or absolute), or an
+/// object-store URL.
+fn table_location(location: &str, root: &Path) -> Result<Location> {
+    if !location.contains("://") {
+        return Ok(Location::Local(etlantic_core::uri::located(root, location)));
+    }
+    let parsed = Location::parse(location, root)?;
+    if parsed.is_remote() && !etlantic_core::storage::OBJECT_SCHEMES.contains(&parsed.scheme()) {
+        return Err(Error::new(
+            &codes::BAD_URI,
+            format!("`{location}` is not a table location: `{}://` is not an object store (s3://, gs://, az://)", parsed.scheme()),
+        ));
+    }
+    Ok(parsed)
+}
+
+/// The log store of the table at `table`.
+fn log_store(table: &Location, options: &StorageOptions) -> Result<LogStoreRef> {
+    match table {
+        Location::Local(path) => {
+            let abs = etlantic_core::uri::absolute_normalized(path)
+                .map_err(|e| io("cannot resolve", table, e))?;
+            let url = Url::from_directory_path(&abs).map_err(|_| {
+                Error::new(
+                    &codes::BAD_URI,
+                    format!("`{}` is not a usable table directory", abs.display()),
+                )
+            })?;
+            logstore_for(&url, StorageConfig::default()).map_err(|e| io("cannot open", table, e))
+        }
+        #[cfg(feature = "object-store")]
+        Location::Remote(url) => {
+            let stores = etlantic_object_store::table_stores(url, options)?;
+            Ok(deltalake::logstore::default_logstore(
+                stores.prefixed,
+                stores.root,
+                &stores.url,
+                &StorageConfig::default(),
+            ))
+        }
+        #[cfg(not(feature = "object-store"))]
+        Location::Remote(url) => {
+            let _ = options;
+            Err(Error::new(
+                &codes::UNKNOWN_SCHEME,
+                format!("cannot open the Delta table `{url}`: this build has no object-store support"),
+            )
+            .with_help("Build etlantic with the `object-store` feature (it serves s3://, gs:// and az://)."))
+        }
+    }
 }
 
 fn version_of(offset: &Offset) -> Result<u64> {
@@ -223,37 +280,31 @@ fn offset(version: u64) -> Offset {
     Offset(serde_json::json!({ "version": version }))
 }
 
-/// Opens the table at `path` (`Ok(None)` when it is not a Delta table yet).
-async fn open(path: &Path) -> Result<Option<DeltaTable>> {
-    if !path.join("_delta_log").is_dir() {
-        return Ok(None);
+/// Opens the table at `table` (`Ok(None)` when it is not a Delta table yet).
+async fn open(table: &Location, options: &StorageOptions) -> Result<Option<DeltaTable>> {
+    if let Location::Local(path) = table {
+        if !path.join("_delta_log").is_dir() {
+            return Ok(None);
+        }
     }
-    let abs =
-        etlantic_core::uri::absolute_normalized(path).map_err(|e| io("cannot resolve", path, e))?;
-    let url = Url::from_directory_path(&abs).map_err(|_| {
-        Error::new(
-            &codes::BAD_URI,
-            format!("`{}` is not a usable table directory", abs.display()),
-        )
-    })?;
-    let store =
-        logstore_for(&url, StorageConfig::default()).map_err(|e| io("cannot open", path, e))?;
-    let mut table = DeltaTable::new(store, DeltaTableConfig::default());
-    match table.load().await {
-        Ok(()) => Ok(Some(table)),
+    let mut loaded = DeltaTable::new(log_store(table, options)?, DeltaTableConfig::default());
+    match loaded.load().await {
+        Ok(()) => Ok(Some(loaded)),
         Err(DeltaTableError::NotATable(_)) => Ok(None),
-        Err(e) => Err(io("cannot load", path, e)),
+        Err(e) => Err(io("cannot load", table, e)),
     }
 }
 
 impl DeltaSource {
     async fn table(&self) -> Result<DeltaTable> {
-        open(&self.path).await?.ok_or_else(|| {
-            Error::new(
-                &codes::IO_ERROR,
-                format!("`{}` is not a Delta table", self.path.display()),
-            )
-        })
+        open(&self.table, &self.storage_options)
+            .await?
+            .ok_or_else(|| {
+                Error::new(
+                    &codes::IO_ERROR,
+                    format!("`{}` is not a Delta table", self.table),
+                )
+            })
     }
 
     /// The snapshot at `version`.
@@ -263,15 +314,15 @@ impl DeltaSource {
             table
                 .load_version(version)
                 .await
-                .map_err(|e| io(&format!("cannot load version {version} of"), &self.path, e))?;
+                .map_err(|e| io(&format!("cannot load version {version} of"), &self.table, e))?;
         }
         let (_, stream) = table
             .scan_table()
             .await
-            .map_err(|e| io("cannot scan", &self.path, e))?;
+            .map_err(|e| io("cannot scan", &self.table, e))?;
         let batches = deltalake::operations::collect_sendable_stream(stream)
             .await
-            .map_err(|e| io("cannot read", &self.path, e))?;
+            .map_err(|e| io("cannot read", &self.table, e))?;
         batches.iter().map(normalize_cdf).collect()
     }
 
@@ -279,16 +330,20 @@ impl DeltaSource {
     async fn read_changes(&self, from: u64, to: u64) -> Result<Vec<RecordBatch>> {
         let table = self.table().await?;
         let ctx = SessionContext::new();
+        // The table's files are read through its own store (an object store's too).
+        let store = table.log_store();
+        ctx.runtime_env()
+            .register_object_store(store.root_url(), store.root_object_store(None));
         let plan = table
             .scan_cdf()
             .with_starting_version(from)
             .with_ending_version(to)
             .build(&ctx.state(), None)
             .await
-            .map_err(|e| io("cannot read the change data feed of", &self.path, e))?;
+            .map_err(|e| io("cannot read the change data feed of", &self.table, e))?;
         let batches = deltalake::datafusion::physical_plan::collect(plan, ctx.task_ctx())
             .await
-            .map_err(|e| io("cannot read the change data feed of", &self.path, e))?;
+            .map_err(|e| io("cannot read the change data feed of", &self.table, e))?;
         let batches = batches
             .iter()
             .map(normalize_cdf)
@@ -428,7 +483,7 @@ impl Source for DeltaSource {
             Some(o) => version_of(o)? + 1,
             None => self.options.starting_version,
         };
-        let Some(table) = open(&self.path).await? else {
+        let Some(table) = open(&self.table, &self.storage_options).await? else {
             return Ok(start.cloned());
         };
         let latest = table.version().unwrap_or_default();

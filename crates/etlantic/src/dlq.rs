@@ -6,26 +6,41 @@
 //! the quality rules their reasons name; [`select`] filters them for `dlq show`.
 
 use etlantic_core::diagnostics::Result;
-use etlantic_core::uri::BindingUri;
+use etlantic_core::profile::resolve_secrets;
+use etlantic_core::storage::{Location, StorageOptions};
 use etlantic_plan::Project;
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// The quarantine file a project's profile names (relative paths resolve against the
-/// project directory).
-pub fn quarantine_file(project: &Project) -> Result<PathBuf> {
-    let uri = BindingUri::parse(project.profile.quarantine_uri())?;
-    Ok(etlantic_core::uri::located(&project.root, &uri.location))
+/// The quarantine a project's profile names: a file (relative paths resolve against the
+/// project directory) or an object-store prefix.
+pub fn quarantine_location(project: &Project) -> Result<Location> {
+    let uri = resolve_secrets(project.profile.quarantine_uri(), &project.profile)?;
+    etlantic_runtime::quarantine::quarantine_location(&uri, &project.root)
 }
 
-/// The quarantine's lines; an absent file has none.
-pub fn read(path: &Path) -> Result<Vec<Value>> {
-    if !path.exists() {
-        return Ok(Vec::new());
-    }
-    etlantic_runtime::quarantine::read_quarantine(path)
+/// The profile's `storage_options`, secrets resolved: how to reach a quarantine on an
+/// object store.
+pub fn storage_options(project: &Project) -> Result<StorageOptions> {
+    project
+        .profile
+        .storage_options
+        .iter()
+        .map(|(k, v)| Ok((k.clone(), resolve_secrets(v, &project.profile)?)))
+        .collect::<Result<std::collections::BTreeMap<_, _>>>()
+        .map(StorageOptions::new)
+}
+
+/// The quarantine's lines; an absent file (or empty prefix) has none.
+pub fn read(location: &Location, options: &StorageOptions) -> Result<Vec<Value>> {
+    etlantic_runtime::quarantine::read_quarantine_at(location, options)
+}
+
+/// The lines of the quarantine a project's profile names.
+pub fn read_project(project: &Project) -> Result<Vec<Value>> {
+    read(&quarantine_location(project)?, &storage_options(project)?)
 }
 
 /// The quality rule ids a line's reason names (`rule `<id>``), in order.
@@ -206,6 +221,21 @@ pub fn ledger_file(quarantine: &Path) -> PathBuf {
     quarantine.with_file_name(name)
 }
 
+/// The directory of the quarantine (a file, or an object-store prefix) and the name of
+/// its ledger in it (see [`ledger_file`]).
+fn ledger_of(quarantine: &Location) -> (Location, String) {
+    let (dir, name) = quarantine.parent_and_name();
+    (dir, format!("{name}.redriven"))
+}
+
+/// A location as a profile writes it.
+fn uri_of(location: &Location) -> String {
+    match location {
+        Location::Local(path) => format!("file://{}", path.display()),
+        Location::Remote(url) => url.to_string(),
+    }
+}
+
 /// The identity of a quarantined record: what the runtime writes for it, without the run.
 fn record_key(line: &Value) -> String {
     serde_json::json!([
@@ -230,7 +260,8 @@ fn refused(message: String) -> etlantic_core::Error {
 ///
 /// The records (their raw JSON) become the input of a streaming run of the same pipeline
 /// with trigger `available_now`, the source rebound to them and its own checkpoint under
-/// `<quarantine dir>/redrive/<id>/`; the sinks append what passes, and what fails again is
+/// `<quarantine dir>/redrive/<id>/` (beside the quarantine, on its disk or object store);
+/// the sinks append what passes, and what fails again is
 /// quarantined again (with the redrive file as its position). Nothing is replayed twice:
 /// the records of a finished redrive are listed in [`ledger_file`] and skipped next time,
 /// and an interrupted redrive of the same records has the same id and resumes from its
@@ -296,12 +327,19 @@ pub async fn redrive(
         }
     }
 
-    let quarantine = quarantine_file(project)?;
-    let lines = read(&quarantine)?;
-    let ledger = ledger_file(&quarantine);
-    let done: std::collections::HashSet<String> = match std::fs::read_to_string(&ledger) {
-        Ok(text) => text.lines().map(String::from).collect(),
-        Err(_) => Default::default(),
+    let quarantine = quarantine_location(project)?;
+    let options = storage_options(project)?;
+    let lines = read(&quarantine, &options)?;
+    // The ledger, the replayed records and the replay's checkpoint live beside the
+    // quarantine: on the local disk or on its object store.
+    let (beside, ledger) = ledger_of(&quarantine);
+    let beside_storage = etlantic_core::storage::open_location(&beside, &options)?;
+    let done: std::collections::HashSet<String> = match beside_storage.read(&ledger)? {
+        Some(bytes) => String::from_utf8_lossy(&bytes)
+            .lines()
+            .map(String::from)
+            .collect(),
+        None => Default::default(),
     };
     let mut report = RedriveReport {
         source: target.id.clone(),
@@ -337,22 +375,20 @@ pub async fn redrive(
     }
     let digest = etlantic_core::canonical::sha256_hex(keys.join("\n").as_bytes());
     let id = digest.trim_start_matches("sha256:")[..16].to_string();
-    let dir = quarantine
-        .parent()
-        .unwrap_or_else(|| Path::new("."))
-        .join("redrive")
-        .join(&id);
+    let dir = beside.join("redrive").join(&id);
     let input = dir.join("in");
-    std::fs::create_dir_all(&input)
-        .map_err(|e| etlantic_core::durable::io_error("create", &input, e))?;
-    etlantic_core::durable::write_atomic(&input.join("records.jsonl"), records.as_bytes())?;
+    etlantic_core::storage::put_bytes(
+        etlantic_core::storage::open_location(&input, &options)?.as_ref(),
+        "records.jsonl",
+        records.as_bytes(),
+    )?;
 
     let mut replay = project.clone();
     replay.profile.trigger = Some(Trigger::AvailableNow);
-    replay.profile.checkpoint = Some(format!("file://{}", dir.join("checkpoint").display()));
+    replay.profile.checkpoint = Some(uri_of(&dir.join("checkpoint")));
     replay.profile.bindings.insert(
         target.asset.clone(),
-        format!("file://{}?format=jsonl", input.display()),
+        format!("{}?format=jsonl", uri_of(&input)),
     );
     let plan = etlantic_plan::plan(&replay).into_result()?;
     let ctx = crate::run::RunContext::for_plan(&plan, &project.root);
@@ -374,7 +410,11 @@ pub async fn redrive(
         let mut all: Vec<String> = done.into_iter().collect();
         all.extend(keys);
         all.sort();
-        etlantic_core::durable::write_atomic(&ledger, (all.join("\n") + "\n").as_bytes())?;
+        etlantic_core::storage::put_bytes(
+            beside_storage.as_ref(),
+            &ledger,
+            (all.join("\n") + "\n").as_bytes(),
+        )?;
     }
     Ok(report)
 }

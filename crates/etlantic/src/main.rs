@@ -500,8 +500,7 @@ fn main() {
                 DlqCommand::Redrive { .. } => unreachable!("handled above"),
             };
             let lines = Project::load(&target.pipeline, target.profile.as_deref())
-                .and_then(|p| etlantic::dlq::quarantine_file(&p))
-                .and_then(|f| etlantic::dlq::read(&f));
+                .and_then(|p| etlantic::dlq::read_project(&p));
             match (lines, command) {
                 (Err(e), _) => fail(&e, format),
                 (Ok(lines), DlqCommand::List { .. }) => {

@@ -11,7 +11,7 @@ fn the_user_docs_list_every_binding_option() {
     let generated = binding_options_markdown();
     // Every provider the default build links is there, with its parameters.
     for needle in [
-        "`file://` source",
+        "`file://`, `s3://`, `s3a://`, `gs://`, `az://`, `abfs://`, `abfss://` source",
         "`max_files_per_trigger`",
         "`read_ahead`",
         "`kafka://` source",

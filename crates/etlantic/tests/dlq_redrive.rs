@@ -235,3 +235,66 @@ fn a_redrive_killed_after_its_sink_wrote_resumes_without_duplicates() {
     assert_eq!(redrive(&p)["replayed"], 0);
     assert_eq!(published(&p), vec![1, 2, 3, 5]);
 }
+
+/// The same with the quarantine and the checkpoint on S3 (moto on 127.0.0.1): the
+/// replayed records, the replay's checkpoint and the ledger go beside the quarantine, on
+/// the store.
+#[cfg(feature = "object-store")]
+#[test]
+fn a_quarantine_on_s3_is_redriven_once() {
+    use etlantic::object_store::testing::S3TestServer;
+    use etlantic_core::storage::Storage;
+    let server = S3TestServer::start();
+    server.create_bucket("dlq");
+    let env: Vec<(&str, String)> = server.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let p = project();
+    p.write(
+        "profiles/local.yaml",
+        &PROFILE
+            .replace("file://chk", "s3://dlq/chk")
+            .replace("file://out/quarantine.jsonl", "s3://dlq/q/quarantine.jsonl"),
+    );
+    p.run_env(&["run", "--format", "json"], &env).ok();
+    assert_eq!(published(&p), vec![1, 3]);
+    let list = p.run_env(&["dlq", "list", "--format", "json"], &env);
+    list.ok();
+    let groups = list.stdout_json();
+    let records: u64 = groups
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["records"].as_u64().unwrap())
+        .sum();
+    assert_eq!(records, 3, "{groups:#}");
+
+    p.write("contracts/orders.yaml", &contract("new, paid, refunded"));
+    let r = p.run_env(&["dlq", "redrive", "--format", "json"], &env);
+    r.ok();
+    let report = r.stdout_json();
+    assert_eq!(report["replayed"], 2, "{report:#}");
+    assert_eq!(report["run"]["status"], "succeeded", "{report:#}");
+    assert_eq!(published(&p), vec![1, 2, 3, 5]);
+    let r = p.run_env(&["dlq", "redrive", "--format", "json"], &env);
+    r.ok();
+    let again = r.stdout_json();
+    assert_eq!(again["replayed"], 0, "{again:#}");
+    assert_eq!(again["already_redriven"], 2, "{again:#}");
+    assert_eq!(published(&p), vec![1, 2, 3, 5]);
+
+    // Nothing of it on the local disk; the ledger and the replay on S3.
+    assert!(!p.join("out/quarantine.jsonl.redriven").exists());
+    assert!(!p.join("out/redrive").exists());
+    let store = etlantic::object_store::ObjectStorage::open(
+        &url::Url::parse("s3://dlq/q").unwrap(),
+        &server.options(),
+    )
+    .unwrap();
+    let ledger = store.read("quarantine.jsonl.redriven").unwrap().unwrap();
+    assert_eq!(String::from_utf8(ledger).unwrap().lines().count(), 2);
+    let id = report["redrive_id"].as_str().unwrap();
+    assert!(store
+        .list(&format!("redrive/{id}"))
+        .unwrap()
+        .contains(&"checkpoint/".to_string()));
+}

@@ -1,4 +1,5 @@
-//! A streaming query whose checkpoint and file sink are on S3 (a real S3-compatible
+//! A streaming query that reads JSON-lines objects from S3 and writes windowed counts to
+//! a file sink on S3, with its checkpoint and quarantine on S3 too (a real S3-compatible
 //! server, moto, on 127.0.0.1), through the real `etlantic` binary: killed at every step
 //! of the batch protocol (`ETLANTIC_FAIL_POINT`) and restarted, it gives the rows,
 //! quarantine and logged offsets of an uninterrupted run on the local disk; a second
@@ -6,7 +7,7 @@
 #![cfg(feature = "object-store")]
 
 mod common;
-use common::crash::{describe, output_text, quarantined, write_click_counts, FAIL_POINTS};
+use common::crash::{describe, input_files, output_text, write_click_counts, FAIL_POINTS};
 
 use etlantic::object_store::testing::S3TestServer;
 use etlantic::object_store::ObjectStorage;
@@ -18,27 +19,123 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::Arc;
 
-/// The click-count profile with its checkpoint at `checkpoint`, the counts written to
-/// `counts` (a directory, local or on S3).
-fn profile_to(checkpoint: &str, counts: &str, extra: &str) -> String {
+/// Where a run's input, output, quarantine and checkpoint are.
+#[derive(Clone, Copy)]
+struct At<'a> {
+    clicks: &'a str,
+    counts: &'a str,
+    quarantine: &'a str,
+    checkpoint: &'a str,
+}
+
+/// The click-count profile with everything `at` says.
+fn profile_to(at: &At<'_>, extra: &str) -> String {
     format!(
         r#"apiVersion: etlantic/v1
 kind: Profile
 name: local
 mode: streaming
 trigger: available_now
-checkpoint: {checkpoint}
+checkpoint: {}
 bindings:
-  clicks: file://in?format=jsonl
-  counts: {counts}?format=jsonl
-quarantine: file://out/quarantine.jsonl
-{extra}"#
+  clicks: {}?format=jsonl
+  counts: {}
+quarantine: {}
+{extra}"#,
+        at.checkpoint, at.clicks, at.counts, at.quarantine
     )
 }
 
-/// The click-count profile with its checkpoint at `checkpoint`, the counts local.
+/// The click-count profile with its checkpoint at `checkpoint`, the rest local.
 fn profile(checkpoint: &str, extra: &str) -> String {
-    profile_to(checkpoint, "file://out/counts/", extra)
+    profile_to(
+        &At {
+            clicks: "file://in",
+            counts: "file://out/counts/?format=jsonl",
+            quarantine: "file://out/quarantine.jsonl",
+            checkpoint,
+        },
+        extra,
+    )
+}
+
+/// Where the counts go: a file sink's directory, a Delta table or an Iceberg table (in a
+/// warehouse), on S3.
+#[derive(Clone, Copy, Debug)]
+enum Counts {
+    Files,
+    #[cfg(feature = "delta")]
+    Delta,
+    #[cfg(feature = "iceberg")]
+    Iceberg,
+}
+
+impl Counts {
+    fn binding(self, name: &str) -> String {
+        match self {
+            Counts::Files => format!("s3://chk/{name}/counts/?format=jsonl"),
+            #[cfg(feature = "delta")]
+            Counts::Delta => format!("delta://s3://chk/{name}/counts"),
+            #[cfg(feature = "iceberg")]
+            Counts::Iceberg => format!("iceberg://db/counts?warehouse=s3://chk/{name}/warehouse"),
+        }
+    }
+
+    /// The rows written by the run in project `dir`, as a sorted multiset.
+    fn rows(self, server: &S3TestServer, dir: &Path, name: &str) -> Vec<String> {
+        let url = format!("s3://chk/{name}/counts");
+        match self {
+            Counts::Files => s3_rows(server, &url),
+            #[cfg(feature = "iceberg")]
+            Counts::Iceberg => {
+                let binding = etlantic_core::uri::BindingUri::parse(&self.binding(name)).unwrap();
+                let target = etlantic_sinks::iceberg::IcebergTarget::from_uri(&binding)
+                    .unwrap()
+                    .resolve(dir)
+                    .with_storage_options(server.options());
+                assert!(target.warehouse.is_remote());
+                let batches = tokio::runtime::Runtime::new()
+                    .unwrap()
+                    .block_on(target.read_rows())
+                    .expect("the Iceberg table on S3 is readable");
+                common::crash::canonical_window_rows(&batches)
+            }
+            #[cfg(feature = "delta")]
+            Counts::Delta => {
+                let location =
+                    etlantic_core::storage::Location::parse(&url, Path::new("/")).unwrap();
+                let batches = tokio::runtime::Runtime::new()
+                    .unwrap()
+                    .block_on(etlantic_sinks::delta::read_table_at(
+                        &location,
+                        &server.options(),
+                    ))
+                    .expect("the Delta table on S3 is readable");
+                common::crash::canonical_window_rows(&batches)
+            }
+        }
+    }
+}
+
+/// The profile of a run with everything on S3 under `s3://chk/<name>`.
+fn all_on_s3(name: &str, counts: Counts) -> String {
+    profile_to(
+        &At {
+            clicks: &format!("s3://chk/{name}/in/"),
+            counts: &counts.binding(name),
+            quarantine: &format!("s3://chk/{name}/quarantine.jsonl"),
+            checkpoint: &format!("s3://chk/{name}/checkpoint"),
+        },
+        "",
+    )
+}
+
+/// Uploads the click files to `s3://chk/<name>/in/`, as a producer would.
+fn upload_clicks(server: &S3TestServer, name: &str) {
+    let input = storage(server, &format!("s3://chk/{name}/in"));
+    for (file, text) in input_files() {
+        etlantic_core::storage::put_bytes(input.as_ref(), &file, text.as_bytes()).unwrap();
+    }
 }
 
 /// Runs the binary in `dir` with the server's `AWS_*` variables (the AWS way).
@@ -59,7 +156,7 @@ fn run_ok(server: &S3TestServer, dir: &Path) {
     assert!(o.status.success(), "run failed: {}", describe(&o));
 }
 
-fn checkpoint(server: &S3TestServer, url: &str) -> Arc<dyn Storage> {
+fn storage(server: &S3TestServer, url: &str) -> Arc<dyn Storage> {
     Arc::new(ObjectStorage::open(&url::Url::parse(url).unwrap(), &server.options()).unwrap())
 }
 
@@ -77,13 +174,34 @@ struct Finished {
     offsets: BTreeMap<u64, Value>,
 }
 
+/// The quarantined records at `location` (a file or an S3 prefix), each file named by
+/// its name alone (a local source names it by path, an S3 source by URL).
+fn quarantined(server: &S3TestServer, location: &str) -> Vec<String> {
+    let location = etlantic_core::storage::Location::parse(location, Path::new("/")).unwrap();
+    let mut v: Vec<String> =
+        etlantic_runtime::quarantine::read_quarantine_at(&location, &server.options())
+            .unwrap()
+            .iter()
+            .map(|l| {
+                let mut position = l["position"].clone();
+                if let Some(file) = position["file"].as_str() {
+                    position["file"] = file.rsplit('/').next().unwrap_or_default().into();
+                }
+                serde_json::json!({"code": l["code"], "position": position, "raw": l["raw"], "batch": l["batch_id"]})
+                    .to_string()
+            })
+            .collect();
+    v.sort();
+    v
+}
+
 fn rows(dir: &Path) -> Vec<String> {
     let batches = etlantic_sinks::files::read_committed(dir.join("out/counts")).unwrap();
     common::crash::canonical_window_rows(&batches)
 }
 
 fn s3_rows(server: &S3TestServer, url: &str) -> Vec<String> {
-    let batches = etlantic_sinks::files::read_committed_in(checkpoint(server, url).as_ref())
+    let batches = etlantic_sinks::files::read_committed_in(storage(server, url).as_ref())
         .expect("the sink's output on S3 is readable");
     common::crash::canonical_window_rows(&batches)
 }
@@ -93,35 +211,61 @@ fn killed_at_every_step_with_its_checkpoint_on_s3_the_restart_loses_and_duplicat
     let server = S3TestServer::start();
     server.create_bucket("chk");
 
-    // The reference: an uninterrupted run with a local checkpoint.
-    let local = tempfile::tempdir().unwrap();
-    write_click_counts(local.path(), &profile("file://chk", ""));
-    run_ok(&server, local.path());
-    let reference = Finished {
-        rows: rows(local.path()),
-        quarantine: quarantined(local.path()),
-        offsets: offsets(common::batch_log(&local.path().join("chk"))),
-    };
-    assert_eq!(reference.rows.len(), 7, "{:?}", reference.rows);
+    // The reference: an uninterrupted run with everything local.
+    let reference = local_reference(&server);
     let batches = reference.offsets.len() as u64;
 
-    // Uninterrupted on S3: the same, and the checkpoint and output are all on S3.
+    // Uninterrupted on S3: the same, and input, output, quarantine and checkpoint are
+    // all on S3.
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    write_click_counts(
-        dir,
-        &profile_to("s3://chk/uninterrupted", "s3://chk/out/uninterrupted/", ""),
-    );
+    write_click_counts(dir, &all_on_s3("uninterrupted", Counts::Files));
+    std::fs::remove_dir_all(dir.join("in")).unwrap();
+    upload_clicks(&server, "uninterrupted");
     run_ok(&server, dir);
-    let chk = checkpoint(&server, "s3://chk/uninterrupted");
+    let chk = storage(&server, "s3://chk/uninterrupted/checkpoint");
     let done = Finished {
-        rows: s3_rows(&server, "s3://chk/out/uninterrupted"),
-        quarantine: quarantined(dir),
+        rows: Counts::Files.rows(&server, dir, "uninterrupted"),
+        quarantine: quarantined(&server, "s3://chk/uninterrupted/quarantine.jsonl"),
         offsets: offsets(s3_log(&chk)),
     };
     assert_eq!(done, reference);
-    assert!(!dir.join("chk").exists() && !dir.join(".etlantic").exists());
-    assert!(!dir.join("out/counts").exists());
+    // `etlantic dlq list` reads the quarantine's objects on S3.
+    let o = Command::new(env!("CARGO_BIN_EXE_etlantic"))
+        .current_dir(dir)
+        .args(["dlq", "list", "--format", "json"])
+        .envs(server.env())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", describe(&o));
+    let groups: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let records: u64 = groups
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["records"].as_u64().unwrap())
+        .sum();
+    assert_eq!(records, reference.quarantine.len() as u64, "{groups}");
+    let local_files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        local_files
+            .iter()
+            .all(|f| ["pipeline.yaml", "profiles", "contracts"].contains(&f.as_str())),
+        "nothing written locally: {local_files:?}"
+    );
+    // Each source object was logged with its ETag.
+    let seen =
+        etlantic_sources::files::SeenLog::open_in(Arc::new(Sub::new(chk.clone(), "sources/0")))
+            .unwrap();
+    let last = seen.last_index().expect("objects were logged");
+    for index in 0..=last {
+        for file in seen.files(index).unwrap().unwrap() {
+            assert!(file.version.is_some(), "{file:?}");
+        }
+    }
     let top = chk.list("").unwrap();
     for name in [
         "log/",
@@ -141,22 +285,49 @@ fn killed_at_every_step_with_its_checkpoint_on_s3_the_restart_loses_and_duplicat
         "a record per micro-batch"
     );
 
+    kill_at_every_step(&server, Counts::Files, &reference);
+}
+
+/// The reference of the click counts: an uninterrupted run on the local disk.
+fn local_reference(server: &S3TestServer) -> Finished {
+    let local = tempfile::tempdir().unwrap();
+    write_click_counts(local.path(), &profile("file://chk", ""));
+    run_ok(server, local.path());
+    let reference = Finished {
+        rows: rows(local.path()),
+        quarantine: quarantined(
+            server,
+            local.path().join("out/quarantine.jsonl").to_str().unwrap(),
+        ),
+        offsets: offsets(common::batch_log(&local.path().join("chk"))),
+    };
+    assert_eq!(reference.rows.len(), 7, "{:?}", reference.rows);
+    assert_eq!(reference.quarantine.len(), 3, "{:?}", reference.quarantine);
+    reference
+}
+
+/// Runs the click counts with everything on S3, killed at every step of the batch
+/// protocol at several batches and restarted: each ends as `reference`.
+fn kill_at_every_step(server: &S3TestServer, counts: Counts, reference: &Finished) {
+    let batches = reference.offsets.len() as u64;
     for point in FAIL_POINTS {
         for batch in [0u64, 2, 4, batches - 1] {
-            let label = format!("{point}:{batch}");
+            let label = format!("{counts:?} {point}:{batch}");
             let tmp = tempfile::tempdir().unwrap();
             let dir = tmp.path();
-            let at = format!("s3://chk/{point}-{batch}");
-            let out = format!("s3://chk/out/{point}-{batch}");
-            write_click_counts(dir, &profile_to(&at, &format!("{out}/"), ""));
-            let o = run(&server, dir, Some(&label));
+            let name = format!("{counts:?}-{point}-{batch}").to_lowercase();
+            let at = format!("s3://chk/{name}/checkpoint");
+            write_click_counts(dir, &all_on_s3(&name, counts));
+            std::fs::remove_dir_all(dir.join("in")).unwrap();
+            upload_clicks(server, &name);
+            let o = run(server, dir, Some(&format!("{point}:{batch}")));
             assert_eq!(
                 o.status.signal(),
                 Some(6),
                 "{label}: must abort\n{}",
                 describe(&o)
             );
-            let chk = checkpoint(&server, &at);
+            let chk = storage(server, &at);
             let log = s3_log(&chk);
             assert!(log.offsets.contains_key(&batch), "{label}: offsets logged");
             if point != "after_commit" {
@@ -165,15 +336,143 @@ fn killed_at_every_step_with_its_checkpoint_on_s3_the_restart_loses_and_duplicat
             // The killed process's lease is still there: the restart on this machine
             // takes it over at once (its holder is dead).
             assert!(chk.list("").unwrap().contains(&".lock".to_string()));
-            run_ok(&server, dir);
+            run_ok(server, dir);
             let done = Finished {
-                rows: s3_rows(&server, &out),
-                quarantine: quarantined(dir),
+                rows: counts.rows(server, dir, &name),
+                quarantine: quarantined(server, &format!("s3://chk/{name}/quarantine.jsonl")),
                 offsets: offsets(s3_log(&chk)),
             };
-            assert_eq!(done, reference, "{label}");
+            assert_eq!(&done, reference, "{label}");
         }
     }
+}
+
+#[cfg(feature = "delta")]
+#[test]
+fn a_delta_table_on_s3_killed_at_every_step_loses_and_duplicates_nothing() {
+    let server = S3TestServer::start();
+    server.create_bucket("chk");
+    let reference = local_reference(&server);
+    kill_at_every_step(&server, Counts::Delta, &reference);
+
+    // A batch pipeline reads one of the tables (the bounded delta source on S3) and
+    // overwrites a table of totals on S3, twice: the totals are replaced, not appended.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    write_click_counts(dir, &profile("file://chk", ""));
+    let totals = r#"apiVersion: etlantic/v1
+kind: Pipeline
+name: totals
+assets:
+  counts:
+    contract: contracts/counts.yaml
+  totals:
+    contract: contracts/totals.yaml
+sources:
+  - id: counts
+    asset: counts
+transforms:
+  - id: per_campaign
+    inputs:
+      counts: counts
+    steps:
+      - aggregate:
+          group_by: [campaign]
+          aggregates: {total: "sum(n)"}
+sinks:
+  - id: write_totals
+    input: per_campaign
+    asset: totals
+"#;
+    let contract = r#"version: "1.0.0"
+apiVersion: "v3.1.0"
+kind: "DataContract"
+id: "totals"
+name: "totals"
+status: "active"
+schema:
+  - name: "totals"
+    logicalType: "object"
+    properties:
+      - name: "campaign"
+        logicalType: "string"
+      - name: "total"
+        logicalType: "integer"
+        logicalTypeOptions: {format: "i64"}
+"#;
+    let batch_profile = r#"apiVersion: etlantic/v1
+kind: Profile
+name: batch
+mode: batch
+bindings:
+  counts: delta://s3://chk/delta-after_commit-0/counts
+  totals: delta://s3://chk/totals?mode=overwrite
+"#;
+    std::fs::write(dir.join("totals.yaml"), totals).unwrap();
+    std::fs::write(dir.join("contracts/totals.yaml"), contract).unwrap();
+    std::fs::write(dir.join("profiles/batch.yaml"), batch_profile).unwrap();
+    for _ in 0..2 {
+        let o = Command::new(env!("CARGO_BIN_EXE_etlantic"))
+            .current_dir(dir)
+            .args([
+                "run",
+                "totals.yaml",
+                "--profile",
+                "profiles/batch.yaml",
+                "--format",
+                "json",
+            ])
+            .envs(server.env())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", describe(&o));
+    }
+    let location =
+        etlantic_core::storage::Location::parse("s3://chk/totals", Path::new("/")).unwrap();
+    let batches = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(etlantic_sinks::delta::read_table_at(
+            &location,
+            &server.options(),
+        ))
+        .unwrap();
+    let mut got = BTreeMap::new();
+    for b in &batches {
+        let c = arrow::array::AsArray::as_string::<i32>(b.column_by_name("campaign").unwrap());
+        let t = arrow::array::AsArray::as_primitive::<arrow::datatypes::Int64Type>(
+            b.column_by_name("total").unwrap(),
+        );
+        for i in 0..b.num_rows() {
+            assert!(
+                got.insert(c.value(i).to_string(), t.value(i)).is_none(),
+                "appended twice"
+            );
+        }
+    }
+    let mut expected = BTreeMap::new();
+    for row in &reference.rows {
+        let v: Value = serde_json::from_str(row).unwrap();
+        *expected
+            .entry(v["campaign"].as_str().unwrap().to_string())
+            .or_insert(0i64) += v["n"].as_i64().unwrap();
+    }
+    assert_eq!(got, expected);
+}
+
+#[cfg(feature = "iceberg")]
+#[test]
+fn an_iceberg_warehouse_on_s3_killed_at_every_step_loses_and_duplicates_nothing() {
+    let server = S3TestServer::start();
+    server.create_bucket("chk");
+    let reference = local_reference(&server);
+    kill_at_every_step(&server, Counts::Iceberg, &reference);
+    // The table's files are on S3; only the SQLite catalog is local.
+    let wh = storage(
+        &server,
+        "s3://chk/iceberg-after_commit-0/warehouse/db/counts",
+    );
+    assert!(wh.list("").unwrap().contains(&"metadata/".to_string()));
+    assert!(wh.list("").unwrap().contains(&"data/".to_string()));
 }
 
 #[test]
@@ -185,7 +484,7 @@ fn a_second_writer_is_refused_and_bad_configurations_are_diagnosed() {
 
     // Another live process holds the checkpoint's lease (this test process).
     write_click_counts(dir, &profile("s3://chk/held", ""));
-    let held = checkpoint(&server, "s3://chk/held");
+    let held = storage(&server, "s3://chk/held");
     let lease = held.lock(".lock").unwrap();
     let o = run(&server, dir, None);
     let text = output_text(&o);
@@ -240,7 +539,7 @@ fn a_second_writer_is_refused_and_bad_configurations_are_diagnosed() {
     let text = output_text(&o);
     assert!(o.status.success(), "{}", describe(&o));
     assert!(!text.contains("s3cr3t-value"), "{text}");
-    let chk = checkpoint(&server, "s3://chk/with-options");
+    let chk = storage(&server, "s3://chk/with-options");
     assert!(chk.read("metadata").unwrap().is_some());
     let progress = String::from_utf8(chk.read("progress.jsonl").unwrap().unwrap()).unwrap();
     assert!(!progress.contains("s3cr3t-value"));
@@ -258,4 +557,159 @@ fn a_second_writer_is_refused_and_bad_configurations_are_diagnosed() {
     let text = output_text(&o);
     assert!(!o.status.success() && text.contains("ETL602"), "{text}");
     assert!(!text.contains("hunter2"), "{text}");
+}
+
+/// What one configuration's micro-batches cost in requests.
+struct Cost {
+    what: &'static str,
+    /// The first progress record's requests (start-up and the first micro-batch).
+    first: RequestCounts,
+    /// The mean of the other micro-batches', by kind (rounded up).
+    steady: RequestCounts,
+}
+
+use etlantic_core::storage::requests::RequestCounts;
+
+/// Runs the click counts with the parts `at` puts on S3 and reads what each micro-batch
+/// cost from its progress records (the checkpoint is on S3 in every configuration).
+fn cost(server: &S3TestServer, what: &'static str, name: &str, at: At<'_>, upload: bool) -> Cost {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    write_click_counts(dir, &profile_to(&at, ""));
+    if upload {
+        upload_clicks(server, name);
+    }
+    run_ok(server, dir);
+    let chk = storage(server, at.checkpoint);
+    let text = String::from_utf8(chk.read("progress.jsonl").unwrap().unwrap()).unwrap();
+    let records: Vec<etlantic_runtime::progress::QueryProgress> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let spent: Vec<RequestCounts> = records
+        .iter()
+        .map(|r| {
+            r.storage_requests
+                .expect("every micro-batch sends requests")
+        })
+        .collect();
+    let rest = &spent[1..];
+    let mean =
+        |f: fn(&RequestCounts) -> u64| rest.iter().map(f).sum::<u64>().div_ceil(rest.len() as u64);
+    Cost {
+        what,
+        first: spent[0],
+        steady: RequestCounts {
+            get: mean(|c| c.get),
+            head: mean(|c| c.head),
+            put: mean(|c| c.put),
+            list: mean(|c| c.list),
+            delete: mean(|c| c.delete),
+            copy: mean(|c| c.copy),
+        },
+    }
+}
+
+/// The requests a micro-batch costs with each part of the query on S3, from the
+/// `storageRequests` of the progress records (docs/connectors.md has the table this
+/// prints with `--nocapture`). Bounds keep the costs from creeping up unnoticed.
+#[test]
+fn requests_per_micro_batch_are_reported_and_bounded() {
+    let server = S3TestServer::start();
+    server.create_bucket("chk");
+    let local = At {
+        clicks: "file://in",
+        counts: "file://out/counts/?format=jsonl",
+        quarantine: "file://out/quarantine.jsonl",
+        checkpoint: "s3://chk/cost-checkpoint/checkpoint",
+    };
+    let mut costs = vec![cost(&server, "checkpoint", "cost-checkpoint", local, false)];
+    costs.push(cost(
+        &server,
+        "checkpoint + file source",
+        "cost-source",
+        At {
+            clicks: "s3://chk/cost-source/in/",
+            checkpoint: "s3://chk/cost-source/checkpoint",
+            ..local
+        },
+        true,
+    ));
+    costs.push(cost(
+        &server,
+        "checkpoint + file sink",
+        "cost-sink",
+        At {
+            counts: "s3://chk/cost-sink/counts/?format=jsonl",
+            checkpoint: "s3://chk/cost-sink/checkpoint",
+            ..local
+        },
+        false,
+    ));
+    costs.push(cost(
+        &server,
+        "checkpoint + quarantine",
+        "cost-quarantine",
+        At {
+            quarantine: "s3://chk/cost-quarantine/quarantine.jsonl",
+            checkpoint: "s3://chk/cost-quarantine/checkpoint",
+            ..local
+        },
+        false,
+    ));
+    #[cfg(feature = "delta")]
+    costs.push(cost(
+        &server,
+        "checkpoint + Delta sink",
+        "cost-delta",
+        At {
+            counts: "delta://s3://chk/cost-delta/counts",
+            checkpoint: "s3://chk/cost-delta/checkpoint",
+            ..local
+        },
+        false,
+    ));
+    #[cfg(feature = "iceberg")]
+    costs.push(cost(
+        &server,
+        "checkpoint + Iceberg sink",
+        "cost-iceberg",
+        At {
+            counts: "iceberg://db/counts?warehouse=s3://chk/cost-iceberg/warehouse",
+            checkpoint: "s3://chk/cost-iceberg/checkpoint",
+            ..local
+        },
+        false,
+    ));
+    println!("| on S3 | first micro-batch (GET/HEAD/PUT/LIST/DELETE/COPY) | each later micro-batch, mean (GET/HEAD/PUT/LIST/DELETE/COPY) |");
+    println!("|---|---|---|");
+    let show = |c: &RequestCounts| {
+        format!(
+            "{} / {} / {} / {} / {} / {} ({} in all)",
+            c.get,
+            c.head,
+            c.put,
+            c.list,
+            c.delete,
+            c.copy,
+            c.total()
+        )
+    };
+    for c in &costs {
+        println!("| {} | {} | {} |", c.what, show(&c.first), show(&c.steady));
+    }
+    // The checkpoint alone: an offsets record and a commit record a micro-batch, a state
+    // version, a few listings; never a request per row or per older micro-batch.
+    let checkpoint = &costs[0].steady;
+    assert!(checkpoint.put <= 8, "{}", show(checkpoint));
+    assert!(checkpoint.total() <= 30, "{}", show(checkpoint));
+    // Each part adds a bounded number of requests on top.
+    for c in &costs[1..] {
+        assert!(
+            c.steady.total() <= checkpoint.total() + 40,
+            "{}: {}",
+            c.what,
+            show(&c.steady)
+        );
+    }
 }

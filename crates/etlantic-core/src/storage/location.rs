@@ -49,6 +49,10 @@ pub enum Location {
     Remote(url::Url),
 }
 
+/// The object-store schemes connectors that read and write files accept besides `file`
+/// (served by the storage provider linked for them, `etlantic-object-store`).
+pub const OBJECT_SCHEMES: &[&str] = &["s3", "s3a", "gs", "az", "abfs", "abfss"];
+
 /// The schemes a location may have besides `file`: object stores.
 fn remote_scheme(scheme: &str) -> bool {
     !matches!(scheme, "file" | "")
@@ -89,6 +93,41 @@ impl Location {
                 Ok(Location::Remote(trimmed(url)))
             }
             Some(_) => Err(bad("the scheme is empty")),
+        }
+    }
+
+    /// The location a file connector's binding names: `file://path` resolved against
+    /// `root`, or `scheme://bucket/prefix` (without the binding's query string).
+    pub fn of_binding(uri: &crate::uri::BindingUri, root: &Path) -> Result<Location> {
+        if uri.scheme == "file" {
+            return Ok(Location::Local(crate::uri::located(root, &uri.location)));
+        }
+        Location::parse(
+            &format!("{}://{}", uri.scheme, uri.location.trim_end_matches('/')),
+            root,
+        )
+    }
+
+    /// The directory this location is in and its last segment's name (a file's
+    /// directory and name).
+    pub fn parent_and_name(&self) -> (Location, String) {
+        match self {
+            Location::Local(path) => (
+                Location::Local(path.parent().unwrap_or(Path::new(".")).to_path_buf()),
+                path.file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+            ),
+            Location::Remote(url) => {
+                let (parent, name) = url
+                    .path()
+                    .rsplit_once('/')
+                    .map(|(p, n)| (p.to_string(), n.to_string()))
+                    .unwrap_or_default();
+                let mut parent_url = url.clone();
+                parent_url.set_path(&parent);
+                (Location::Remote(parent_url), name)
+            }
         }
     }
 

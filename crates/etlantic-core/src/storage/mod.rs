@@ -33,9 +33,11 @@
 
 pub mod location;
 pub mod power_cut;
+pub mod requests;
 
 pub use location::{
     check_location, open_location, Location, StorageOptions, StorageProvider, StorageRegistration,
+    OBJECT_SCHEMES,
 };
 
 use crate::diagnostics::{codes, Diagnostic, Error, Result};
@@ -62,6 +64,34 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// The names directly in directory `dir` (`""` for the root), sorted; a
     /// sub-directory's name ends with `/`. A missing directory has none.
     fn list(&self, dir: &str) -> Result<Vec<String>>;
+
+    /// The size, modification time and version of `path`, or `None` when there is none.
+    /// Two answers for one path are equal only if its content did not change between
+    /// them, as far as the storage can tell (a disk: same size and modification time; an
+    /// object store: same ETag).
+    fn stat(&self, path: &str) -> Result<Option<FileMeta>> {
+        Ok(self.size(path)?.map(|size| FileMeta {
+            size,
+            modified_ms: 0,
+            version: None,
+        }))
+    }
+
+    /// The files directly in directory `dir` with their [`FileMeta`], sorted by name
+    /// (sub-directories left out). An object store answers with one listing, not a
+    /// request per file.
+    fn list_files(&self, dir: &str) -> Result<Vec<(String, FileMeta)>> {
+        let mut out = Vec::new();
+        for name in self.list(dir)? {
+            if name.ends_with('/') {
+                continue;
+            }
+            if let Some(meta) = self.stat(&join(dir, &name))? {
+                out.push((name, meta));
+            }
+        }
+        Ok(out)
+    }
 
     /// Replaces `path` atomically and durably with what `fill` writes.
     fn put(
@@ -109,6 +139,30 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// (an object store's; a disk retries nothing).
     fn retries(&self) -> u64 {
         0
+    }
+}
+
+/// What a storage tells of a file ([`Storage::stat`]).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct FileMeta {
+    /// Size in bytes.
+    pub size: u64,
+    /// Last modification, in epoch milliseconds (0 when the storage does not say).
+    pub modified_ms: i64,
+    /// A tag that changes with every new content (an object's ETag), when the storage
+    /// has one.
+    pub version: Option<String>,
+}
+
+impl FileMeta {
+    /// Whether `other` describes the same content: the same size and version where both
+    /// have a version (an object store's listing and `HEAD` may round the time
+    /// differently), else the same size and modification time.
+    pub fn same_as(&self, other: &FileMeta) -> bool {
+        match (&self.version, &other.version) {
+            (Some(a), Some(b)) => self.size == other.size && a == b,
+            _ => self.size == other.size && self.modified_ms == other.modified_ms,
+        }
     }
 }
 
@@ -206,6 +260,12 @@ impl Storage for Sub {
     }
     fn list(&self, dir: &str) -> Result<Vec<String>> {
         self.inner.list(&self.at(dir))
+    }
+    fn stat(&self, path: &str) -> Result<Option<FileMeta>> {
+        self.inner.stat(&self.at(path))
+    }
+    fn list_files(&self, dir: &str) -> Result<Vec<(String, FileMeta)>> {
+        self.inner.list_files(&self.at(dir))
     }
     fn put(
         &self,
@@ -408,6 +468,23 @@ impl Storage for LocalStorage {
         let p = self.path(path);
         match fs::metadata(&p) {
             Ok(m) => Ok(Some(m.len())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io_error("stat", &show(&p), e)),
+        }
+    }
+
+    fn stat(&self, path: &str) -> Result<Option<FileMeta>> {
+        let p = self.path(path);
+        match fs::metadata(&p) {
+            Ok(m) => Ok(Some(FileMeta {
+                size: m.len(),
+                modified_ms: m
+                    .modified()
+                    .ok()
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                    .map_or(0, |d| d.as_millis() as i64),
+                version: None,
+            })),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(io_error("stat", &show(&p), e)),
         }
@@ -672,6 +749,19 @@ mod tests {
         assert_eq!(f.len(), 5);
         put_bytes(s, "a/b/z", b"z").unwrap();
         assert_eq!(s.list("a").unwrap(), vec!["b/", "log", "x", "y"]);
+        let files = s.list_files("a").unwrap();
+        assert_eq!(
+            files
+                .iter()
+                .map(|(n, m)| (n.as_str(), m.size))
+                .collect::<Vec<_>>(),
+            vec![("log", 5), ("x", 3), ("y", 5)]
+        );
+        for (name, listed) in &files {
+            let now = s.stat(&format!("a/{name}")).unwrap().unwrap();
+            assert!(listed.same_as(&now), "{name}: {listed:?} {now:?}");
+        }
+        assert_eq!(s.stat("a/none").unwrap(), None);
         s.rename("a/x", "a/w").unwrap();
         assert_eq!(s.read("a/x").unwrap(), None);
         assert_eq!(s.read("a/w").unwrap().unwrap(), b"two");

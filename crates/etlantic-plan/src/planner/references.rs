@@ -168,12 +168,14 @@ impl Planner<'_> {
         }
         // Quarantine output.
         match BindingUri::parse(self.p.profile.quarantine_uri()) {
-            Ok(u) if u.scheme == "file" => {}
+            Ok(u)
+                if u.scheme == "file"
+                    || etlantic_core::storage::OBJECT_SCHEMES.contains(&u.scheme.as_str()) => {}
             Ok(u) => self.push(
                 Diagnostic::new(
                     &codes::UNKNOWN_SCHEME,
                     format!(
-                        "the quarantine output must be a file:// URI, got `{}`",
+                        "the quarantine output must be a file:// URI or an object store's (s3://, gs://, az://), got `{}`",
                         u.scheme
                     ),
                 )

@@ -20,7 +20,6 @@ use crate::watermark::WatermarkTracker;
 use etlantic_core::diagnostics::{codes, Error, Result};
 use etlantic_core::plugin::{self, ReadLimit};
 use etlantic_core::streaming::{ExecutionMode, LatePolicy};
-use etlantic_core::uri::{located, BindingUri};
 use etlantic_plan::plan::PipelinePlan;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -109,11 +108,15 @@ impl StreamingQuery {
             ExecutionMode::Batch,
             &opts.storage_options,
         )?;
-        let quarantine_uri = BindingUri::parse(&resolve(&plan.profile.quarantine)?)?;
+        let quarantine_location = crate::quarantine::quarantine_location(
+            &resolve(&plan.profile.quarantine)?,
+            &opts.root,
+        )?;
         let scrub = Scrubber::for_plan(plan, resolve);
         let run_id = uuid::Uuid::new_v4().to_string();
         let quarantine = Quarantine::new(
-            located(&opts.root, &quarantine_uri.location),
+            quarantine_location,
+            opts.storage_options.clone(),
             scrub.clone(),
             &run_id,
             None,
@@ -150,6 +153,7 @@ impl StreamingQuery {
             // Fault injection is for the checkpointed protocol.
             fail: None,
             last_progress: None,
+            requests_at_last_progress: Default::default(),
             batches_run: 0,
             failed_batch: None,
             state: super::persist::StateWrites::new((streaming.clock)()),

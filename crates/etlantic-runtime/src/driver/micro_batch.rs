@@ -207,6 +207,10 @@ impl StreamingQuery {
             .into_iter()
             .map(|(asset, count)| QualityProgress { asset, count })
             .collect();
+        let requests = etlantic_core::storage::requests::request_counts();
+        let spent = requests.since(&self.requests_at_last_progress);
+        self.requests_at_last_progress = requests;
+        progress.storage_requests = (spent.total() > 0).then_some(spent);
         if let Some(cp) = &self.checkpoint {
             progress.storage_retries = cp.storage_retries();
             cp.append_progress(&progress)?;

@@ -221,6 +221,8 @@ pub struct StreamingQuery {
     scrub: Scrubber,
     fail: Option<(FailPoint, u64)>,
     last_progress: Option<QueryProgress>,
+    /// Object-store requests of the process when the last progress record was made.
+    requests_at_last_progress: etlantic_core::storage::requests::RequestCounts,
     batches_run: u64,
     /// A micro-batch that failed half-way (the query must be restarted).
     failed_batch: Option<u64>,

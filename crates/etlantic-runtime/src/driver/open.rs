@@ -16,7 +16,7 @@ use etlantic_core::diagnostics::{codes, Diagnostic, Error, Result};
 use etlantic_core::ir::Expr;
 use etlantic_core::plugin;
 use etlantic_core::streaming::{ExecutionMode, LatePolicy};
-use etlantic_core::uri::{located, BindingUri};
+use etlantic_core::uri::BindingUri;
 use etlantic_plan::plan::{PipelinePlan, PlanLogic};
 use serde_json::json;
 use std::collections::{BTreeMap, HashMap};
@@ -430,7 +430,11 @@ impl StreamingQuery {
         let run_id = uuid::Uuid::new_v4().to_string();
         let scrub = Scrubber::for_plan(plan, opts.resolve.as_ref());
         let quarantine = Quarantine::new(
-            located(&opts.root, &resolve_uri(&plan.profile.quarantine)?.location),
+            crate::quarantine::quarantine_location(
+                &(opts.resolve)(&plan.profile.quarantine)?,
+                &opts.root,
+            )?,
+            opts.storage_options.clone(),
             scrub.clone(),
             &run_id,
             Some(&metadata.id),
@@ -456,6 +460,7 @@ impl StreamingQuery {
             scrub,
             fail: fail_point(),
             last_progress: None,
+            requests_at_last_progress: Default::default(),
             batches_run: 0,
             failed_batch: None,
             state: super::persist::StateWrites::new((opts.clock)()),

@@ -1,10 +1,16 @@
-//! The `delta://` sink: Delta Lake tables on the local file system (through `deltalake`).
+//! The `delta://` sink: Delta Lake tables on the local file system or an object store
+//! (through `deltalake`).
 //!
 //! # Binding
 //!
 //! `delta://<path>?mode=append|merge|overwrite&keys=a,b&change_data_feed=true` — `<path>`
 //! is the table directory, relative to the project root or absolute; it is created when
-//! absent.
+//! absent. A table on an object store is named by its URL: `delta://s3://bucket/table`
+//! (also `gs://`, `az://`; the profile's `storage_options` and the `AWS_*` variables
+//! configure the store). There a commit is `deltalake`'s conditional put of
+//! `_delta_log/<version>.json` (`If-None-Match: *`): of two writers of one version
+//! exactly one wins, which is the mutual exclusion Delta's protocol needs; the store
+//! must honour conditional puts (AWS S3 has since 2024, as do MinIO, R2 and moto).
 //!
 //! - `mode=append` (default): every batch is appended.
 //! - `mode=merge&keys=a,b`: every batch is upserted by key with one Delta `MERGE`
@@ -76,7 +82,7 @@ mod tests;
 mod write;
 
 pub use schema::delta_schema;
-pub use table::{app_transaction_version, read_table};
+pub use table::{app_transaction_version, read_table, read_table_at};
 
 use async_trait::async_trait;
 use etlantic_core::diagnostics::{codes, Diagnostic, Error, Result};
@@ -85,13 +91,14 @@ use etlantic_core::plugin::{option_names, BindingOption};
 use etlantic_core::plugin::{
     Sink, SinkBatch, SinkCapabilities, SinkContext, SinkProvider, SinkRegistration, WriteOutcome,
 };
+use etlantic_core::storage::{Location, StorageOptions};
 use etlantic_core::streaming::{ExecutionMode, OutputMode};
 use etlantic_core::uri::BindingUri;
 use log_store::{FaultLogStore, DISARMED};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
-use table::{table_log_store, table_url};
+use table::{location_log_store, table_location};
 
 /// How the sink writes a batch (`?mode=`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -254,18 +261,25 @@ impl SinkProvider for DeltaSinkProvider {
 /// A `delta://` sink (see the [module docs](self)).
 pub struct DeltaSink {
     asset: String,
-    path: PathBuf,
+    location: Location,
+    storage_options: StorageOptions,
     options: DeltaSinkOptions,
     mode: ExecutionMode,
     /// The wrapped log store, created on first use.
     store: Option<Arc<FaultLogStore>>,
+    /// The table as this sink last committed it: the next micro-batch brings it up to
+    /// date by reading only the commits after it (not the whole log since the last
+    /// checkpoint, which on an object store is a `GET` per commit).
+    table: Option<deltalake::DeltaTable>,
+    /// The last `(query id, batch id)` this sink committed.
+    last_txn: Option<(String, u64)>,
 }
 
 impl std::fmt::Debug for DeltaSink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DeltaSink")
             .field("asset", &self.asset)
-            .field("path", &self.path)
+            .field("location", &self.location)
             .field("options", &self.options)
             .field("mode", &self.mode)
             .finish()
@@ -304,10 +318,13 @@ impl DeltaSink {
         }
         Ok(DeltaSink {
             asset: ctx.asset.clone(),
-            path: ctx.resolve_path(&ctx.uri.location),
+            location: table_location(&ctx.uri.location, &ctx.root)?,
+            storage_options: ctx.storage_options.clone(),
             options,
             mode: ctx.mode,
             store: None,
+            table: None,
+            last_txn: None,
         })
     }
 
@@ -315,24 +332,30 @@ impl DeltaSink {
         if let Some(s) = &self.store {
             return Ok(s.clone());
         }
-        std::fs::create_dir_all(&self.path).map_err(|e| {
-            Error::new(
-                &codes::IO_ERROR,
-                format!("cannot create `{}`: {e}", self.path.display()),
-            )
-        })?;
-        let url = table_url(&self.path)?;
-        let inner = table_log_store(&url, &self.path)?;
+        let (root, local) = match &self.location {
+            Location::Local(path) => {
+                std::fs::create_dir_all(path).map_err(|e| {
+                    Error::new(
+                        &codes::IO_ERROR,
+                        format!("cannot create `{}`: {e}", path.display()),
+                    )
+                })?;
+                let root = etlantic_core::uri::absolute_normalized(path).map_err(|e| {
+                    Error::new(
+                        &codes::IO_ERROR,
+                        format!("cannot resolve `{}`: {e}", path.display()),
+                    )
+                })?;
+                (root, !etlantic_core::storage::is_mounted(path))
+            }
+            // An object store's put is durable when it returns: nothing to sync.
+            Location::Remote(_) => (PathBuf::new(), false),
+        };
         let store = Arc::new(FaultLogStore {
-            inner,
+            inner: location_log_store(&self.location, &self.storage_options)?,
             batch: AtomicU64::new(DISARMED),
-            root: etlantic_core::uri::absolute_normalized(&self.path).map_err(|e| {
-                Error::new(
-                    &codes::IO_ERROR,
-                    format!("cannot resolve `{}`: {e}", self.path.display()),
-                )
-            })?,
-            local: !etlantic_core::storage::is_mounted(&self.path),
+            root,
+            local,
         });
         self.store = Some(store.clone());
         Ok(store)
@@ -352,8 +375,16 @@ impl Sink for DeltaSink {
         if self.mode == ExecutionMode::Batch {
             return Ok(None);
         }
-        Ok(app_transaction_version(&self.path, query_id)
-            .await?
-            .and_then(|v| u64::try_from(v).ok()))
+        let version = match &self.location {
+            Location::Local(path) => app_transaction_version(path, query_id).await?,
+            Location::Remote(_) => {
+                let store = self.store()? as deltalake::logstore::LogStoreRef;
+                match table::load(store).await? {
+                    Some(table) => table::txn_version(&table, query_id).await?,
+                    None => None,
+                }
+            }
+        };
+        Ok(version.and_then(|v| u64::try_from(v).ok()))
     }
 }

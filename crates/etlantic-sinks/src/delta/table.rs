@@ -1,6 +1,6 @@
-//! Opening and reading Delta tables: the table's URL and log store (local, or over the
-//! storage layer under a mount), loading its snapshot, reading its rows and the `txn`
-//! version of a query.
+//! Opening and reading Delta tables: the table's URL and log store (local, over the
+//! storage layer under a mount, or on an object store), loading its snapshot, reading its
+//! rows and the `txn` version of a query.
 
 use arrow::array::RecordBatch;
 use arrow::compute::cast;
@@ -9,6 +9,7 @@ use deltalake::datafusion::catalog::Session;
 use deltalake::logstore::{logstore_for, LogStoreRef, StorageConfig};
 use deltalake::{DeltaTable, DeltaTableConfig, DeltaTableError};
 use etlantic_core::diagnostics::{codes, Error, Result};
+use etlantic_core::storage::{Location, StorageOptions};
 use std::path::Path;
 use std::sync::Arc;
 use url::Url;
@@ -27,6 +28,60 @@ pub(crate) fn table_url(path: &Path) -> Result<Url> {
             format!("`{}` is not a usable table directory", abs.display()),
         )
     })
+}
+
+/// Where a `delta://` binding's table is: a directory (relative to `root` or absolute),
+/// or a table on an object store written as a URL (`delta://s3://bucket/path`).
+pub(crate) fn table_location(location: &str, root: &Path) -> Result<Location> {
+    if !location.contains("://") {
+        return Ok(Location::Local(etlantic_core::uri::located(root, location)));
+    }
+    let parsed = Location::parse(location, root)?;
+    if parsed.is_remote() && !etlantic_core::storage::OBJECT_SCHEMES.contains(&parsed.scheme()) {
+        return Err(Error::new(
+            &codes::BAD_URI,
+            format!(
+                "`{location}` is not a table location: `{}://` is not an object store (s3://, gs://, az://)",
+                parsed.scheme()
+            ),
+        ));
+    }
+    Ok(parsed)
+}
+
+/// The log store of the table at `location`: [`table_log_store`] for a directory, or
+/// `deltalake`'s default log store (commits by conditional put: `If-None-Match: *`, so of
+/// two writers of one version exactly one wins) over the bucket's object store.
+pub(crate) fn location_log_store(
+    location: &Location,
+    options: &StorageOptions,
+) -> Result<LogStoreRef> {
+    match location {
+        Location::Local(dir) => table_log_store(&table_url(dir)?, dir),
+        Location::Remote(url) => remote_log_store(url, options),
+    }
+}
+
+#[cfg(feature = "object-store")]
+fn remote_log_store(url: &Url, options: &StorageOptions) -> Result<LogStoreRef> {
+    let stores = etlantic_object_store::table_stores(url, options)?;
+    Ok(deltalake::logstore::default_logstore(
+        stores.prefixed,
+        stores.root,
+        &stores.url,
+        &StorageConfig::default(),
+    ))
+}
+
+#[cfg(not(feature = "object-store"))]
+fn remote_log_store(url: &Url, _options: &StorageOptions) -> Result<LogStoreRef> {
+    Err(Error::new(
+        &codes::UNKNOWN_SCHEME,
+        format!("cannot open the Delta table `{url}`: this build has no object-store support"),
+    )
+    .with_help(
+        "Build etlantic with the `object-store` feature (it serves s3://, gs:// and az://).",
+    ))
 }
 
 /// Turns a `deltalake` error into a diagnostic.
@@ -68,12 +123,24 @@ pub(super) async fn load(log_store: LogStoreRef) -> Result<Option<DeltaTable>> {
 
 /// Reads the latest snapshot of the Delta table at `path` (for tests and tools).
 pub async fn read_table(path: impl AsRef<Path>) -> Result<Vec<RecordBatch>> {
-    let url = table_url(path.as_ref())?;
-    let store = table_log_store(&url, path.as_ref())?;
+    read_table_at(
+        &Location::Local(path.as_ref().to_path_buf()),
+        &StorageOptions::default(),
+    )
+    .await
+}
+
+/// Reads the latest snapshot of the Delta table at `location` (a directory, or a table
+/// on an object store reached with `options`).
+pub async fn read_table_at(
+    location: &Location,
+    options: &StorageOptions,
+) -> Result<Vec<RecordBatch>> {
+    let store = location_log_store(location, options)?;
     let Some(table) = load(store).await? else {
         return Err(Error::new(
             &codes::IO_ERROR,
-            format!("`{}` is not a Delta table", path.as_ref().display()),
+            format!("`{location}` is not a Delta table"),
         ));
     };
     let session = table_session(table.log_store().as_ref());

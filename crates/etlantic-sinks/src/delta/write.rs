@@ -67,10 +67,32 @@ impl DeltaSink {
         let streaming = self.mode == ExecutionMode::Streaming;
         let action = self.action(batch.output_mode)?;
         let store = self.store()?;
-        let table = load(store.clone() as LogStoreRef).await?;
+        let table = match self.table.take() {
+            Some(mut t) => {
+                t.update_incremental(None).await.map_err(|e| {
+                    Error::new(
+                        &codes::IO_ERROR,
+                        format!("cannot load the Delta table `{}`: {e}", self.location),
+                    )
+                })?;
+                Some(t)
+            }
+            None => load(store.clone() as LogStoreRef).await?,
+        };
         if streaming {
+            // What this sink committed itself needs no reading back: only the first
+            // micro-batch after a start looks the query's `txn` up in the log.
+            let known = self
+                .last_txn
+                .as_ref()
+                .filter(|(q, _)| q == batch.query_id)
+                .map(|(_, b)| *b as i64);
             if let Some(t) = &table {
-                if let Some(v) = txn_version(t, batch.query_id).await? {
+                let committed = match known {
+                    Some(v) => Some(v),
+                    None => txn_version(t, batch.query_id).await?,
+                };
+                if let Some(v) = committed {
                     if v >= 0 && batch.batch_id <= v as u64 {
                         // The commit may be the one a killed process made before it synced
                         // it (the page cache kept it): the checkpoint is about to count on
@@ -83,6 +105,7 @@ impl DeltaSink {
                                 )
                             })?;
                         }
+                        self.table = Some(t.clone());
                         return Ok(WriteOutcome::AlreadyCommitted);
                     }
                 }
@@ -111,7 +134,11 @@ impl DeltaSink {
             .commit(store.clone(), table, action, schema, batches, props)
             .await;
         store.batch.store(DISARMED, Ordering::SeqCst);
-        result?;
+        // A failed commit leaves the table to be loaded afresh.
+        self.table = Some(result?);
+        if streaming {
+            self.last_txn = Some((batch.query_id.to_string(), batch.batch_id));
+        }
         Ok(WriteOutcome::Written { rows })
     }
 
@@ -123,14 +150,11 @@ impl DeltaSink {
         schema: SchemaRef,
         batches: Vec<RecordBatch>,
         props: CommitProperties,
-    ) -> Result<()> {
+    ) -> Result<DeltaTable> {
         let failed = |e: DeltaTableError| {
             Error::new(
                 &codes::SINK_WRITE_FAILED,
-                format!(
-                    "cannot write the Delta table `{}`: {e}",
-                    self.path.display()
-                ),
+                format!("cannot write the Delta table `{}`: {e}", self.location),
             )
         };
         let table = match table {
@@ -164,7 +188,7 @@ impl DeltaSink {
                 let names: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
                 let names2 = names.clone();
                 let session = table_session(table.log_store().as_ref());
-                table
+                let (table, _) = table
                     .merge(source, predicate)
                     .with_session_state(session)
                     .with_source_alias("source")
@@ -184,7 +208,7 @@ impl DeltaSink {
                     .map_err(failed)?
                     .await
                     .map_err(failed)?;
-                Ok(())
+                Ok(table)
             }
             Action::Overwrite if exists => self
                 .write_files(table, SaveMode::Overwrite, schema, batches, props)
@@ -205,7 +229,7 @@ impl DeltaSink {
         schema: SchemaRef,
         mut batches: Vec<RecordBatch>,
         props: CommitProperties,
-    ) -> DeltaResult<()> {
+    ) -> DeltaResult<DeltaTable> {
         if batches.is_empty() {
             batches.push(RecordBatch::new_empty(schema));
         }
@@ -219,8 +243,7 @@ impl DeltaSink {
                 Some("true".to_string()),
             )]);
         }
-        builder.await?;
-        Ok(())
+        builder.await
     }
 }
 

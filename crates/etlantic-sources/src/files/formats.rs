@@ -1,7 +1,7 @@
 //! Readers of one file: JSON lines, CSV and Parquet, all contract-aware.
 
+use super::input::FileRef;
 use crate::decode::{row_as_json, BatchBuilder, ContractDecoder, RecordProblem};
-use crate::fsutil::{display_relative, io_error};
 use arrow::array::RecordBatch;
 use etlantic_core::data::SourcePosition;
 use etlantic_core::diagnostics::{codes, Error, Result};
@@ -104,15 +104,15 @@ impl ReadCtx<'_> {
 /// lossy cast) are returned as `Err`, naming the file.
 pub(crate) fn read_file(
     ctx: &ReadCtx<'_>,
-    path: &Path,
+    file: &FileRef,
     format: FileFormat,
     out: &mut SourceBatch,
 ) -> Result<()> {
-    let rel = display_relative(path, ctx.root);
+    let rel = file.shown(ctx.root);
     let result = match format {
-        FileFormat::JsonLines => read_jsonl(ctx, path, &rel, out),
-        FileFormat::Csv => read_csv(ctx, path, &rel, out),
-        FileFormat::Parquet => read_parquet(ctx, path, &rel, out),
+        FileFormat::JsonLines => read_jsonl(ctx, file, &rel, out),
+        FileFormat::Csv => read_csv(ctx, file, &rel, out),
+        FileFormat::Parquet => read_parquet(ctx, file, &rel, out),
     };
     result.map_err(|e| {
         e.map_diagnostics(|d| {
@@ -163,10 +163,10 @@ fn flush(builder: &mut BatchBuilder, out: &mut SourceBatch) -> Result<()> {
     Ok(())
 }
 
-fn read_jsonl(ctx: &ReadCtx<'_>, path: &Path, rel: &str, out: &mut SourceBatch) -> Result<()> {
+fn read_jsonl(ctx: &ReadCtx<'_>, file: &FileRef, rel: &str, out: &mut SourceBatch) -> Result<()> {
     let mut builder = ctx.decoder.builder();
     let mut runs = LineRuns::default();
-    super::lines::for_each_line(path, |lineno, line| {
+    super::lines::for_each_line(file, |lineno, line| {
         if line.iter().all(u8::is_ascii_whitespace) {
             return Ok(());
         }
@@ -226,8 +226,8 @@ fn read_jsonl(ctx: &ReadCtx<'_>, path: &Path, rel: &str, out: &mut SourceBatch) 
     flush(&mut builder, out)
 }
 
-fn read_csv(ctx: &ReadCtx<'_>, path: &Path, rel: &str, out: &mut SourceBatch) -> Result<()> {
-    super::lines::with_blocks(path, |blocks| {
+fn read_csv(ctx: &ReadCtx<'_>, file: &FileRef, rel: &str, out: &mut SourceBatch) -> Result<()> {
+    super::lines::with_blocks(file, |blocks| {
         let mut reader = csv::ReaderBuilder::new()
             .has_headers(false)
             .flexible(true)
@@ -244,7 +244,7 @@ fn read_csv(ctx: &ReadCtx<'_>, path: &Path, rel: &str, out: &mut SourceBatch) ->
 
 /// The text of the record that starts at position `start` and that `reader` has just
 /// read, as it is in the file, without its line end: only needed for a rejected record.
-fn record_text(reader: &csv::Reader<super::lines::MarkedRead<'_, '_>>, start: u64) -> String {
+fn record_text(reader: &csv::Reader<super::lines::MarkedRead<'_>>, start: u64) -> String {
     let raw_bytes = reader.get_ref().text(start, reader.position().byte());
     let raw_bytes = raw_bytes.strip_suffix(b"\n").unwrap_or(raw_bytes);
     let raw_bytes = raw_bytes.strip_suffix(b"\r").unwrap_or(raw_bytes);
@@ -255,7 +255,7 @@ fn record_text(reader: &csv::Reader<super::lines::MarkedRead<'_, '_>>, start: u6
 fn read_csv_records(
     ctx: &ReadCtx<'_>,
     rel: &str,
-    reader: &mut csv::Reader<super::lines::MarkedRead<'_, '_>>,
+    reader: &mut csv::Reader<super::lines::MarkedRead<'_>>,
     out: &mut SourceBatch,
 ) -> Result<()> {
     let schema = ctx.decoder.schema();
@@ -381,12 +381,12 @@ fn undecodable(e: arrow::error::ArrowError) -> Error {
 /// Decodes the leaf columns `columns` (file schema indices) of a Parquet file whose
 /// footer was read into `metadata`.
 fn decode_parquet_columns(
-    path: &Path,
+    file: &FileRef,
     metadata: &ArrowReaderMetadata,
     columns: &[usize],
     batch_size: usize,
 ) -> Result<Vec<RecordBatch>> {
-    let file = std::fs::File::open(path).map_err(|e| io_error("open", path, e))?;
+    let file = file.parquet()?;
     let builder = ParquetRecordBatchReaderBuilder::new_with_metadata(file, metadata.clone());
     let mask = ProjectionMask::roots(builder.parquet_schema(), columns.iter().copied());
     builder
@@ -405,9 +405,9 @@ fn decode_parquet_columns(
 ///
 /// The parquet crate panics on some malformed footers (an Arrow schema in the key-value
 /// metadata with an unknown type id, for one): the file is read as untrusted input.
-fn decode_parquet(ctx: &ReadCtx<'_>, path: &Path) -> Result<Vec<RecordBatch>> {
+fn decode_parquet(ctx: &ReadCtx<'_>, file: &FileRef) -> Result<Vec<RecordBatch>> {
     etlantic_core::untrusted::decode(
-        || decode_parquet_unguarded(ctx, path),
+        || decode_parquet_unguarded(ctx, file),
         |why| {
             Error::new(
                 &codes::RECORD_UNPARSABLE,
@@ -417,11 +417,10 @@ fn decode_parquet(ctx: &ReadCtx<'_>, path: &Path) -> Result<Vec<RecordBatch>> {
     )
 }
 
-fn decode_parquet_unguarded(ctx: &ReadCtx<'_>, path: &Path) -> Result<Vec<RecordBatch>> {
-    let file = std::fs::File::open(path).map_err(|e| io_error("open", path, e))?;
+fn decode_parquet_unguarded(ctx: &ReadCtx<'_>, file: &FileRef) -> Result<Vec<RecordBatch>> {
     // The footer is read once; every reader of the file reuses it.
     let reader_metadata =
-        ArrowReaderMetadata::load(&file, Default::default()).map_err(not_parquet)?;
+        ArrowReaderMetadata::load(&file.parquet()?, Default::default()).map_err(not_parquet)?;
     // Read only the contract's columns.
     let file_schema = reader_metadata.schema().clone();
     // Columns the pipeline does not read are left undecoded (and become nulls) when no
@@ -446,7 +445,7 @@ fn decode_parquet_unguarded(ctx: &ReadCtx<'_>, path: &Path) -> Result<Vec<Record
         && metadata.file_metadata().num_rows() >= PARALLEL_DECODE_ROWS
         && std::thread::available_parallelism().is_ok_and(|p| p.get() >= 2);
     if !parallel {
-        return decode_parquet_columns(path, &reader_metadata, &wanted, ctx.batch_size);
+        return decode_parquet_columns(file, &reader_metadata, &wanted, ctx.batch_size);
     }
     // Split by uncompressed size, largest first onto the lighter set.
     let size = |c: usize| -> i64 {
@@ -470,8 +469,8 @@ fn decode_parquet_unguarded(ctx: &ReadCtx<'_>, path: &Path) -> Result<Vec<Record
     let batch_size = ctx.batch_size;
     let (first, second) = std::thread::scope(|scope| {
         let other =
-            scope.spawn(|| decode_parquet_columns(path, &reader_metadata, &sets[1], batch_size));
-        let first = decode_parquet_columns(path, &reader_metadata, &sets[0], batch_size);
+            scope.spawn(|| decode_parquet_columns(file, &reader_metadata, &sets[1], batch_size));
+        let first = decode_parquet_columns(file, &reader_metadata, &sets[0], batch_size);
         let second = other.join().unwrap_or_else(|_| {
             Err(Error::new(
                 &codes::RECORD_UNPARSABLE,
@@ -511,9 +510,9 @@ fn decode_parquet_unguarded(ctx: &ReadCtx<'_>, path: &Path) -> Result<Vec<Record
         .collect()
 }
 
-fn read_parquet(ctx: &ReadCtx<'_>, path: &Path, rel: &str, out: &mut SourceBatch) -> Result<()> {
+fn read_parquet(ctx: &ReadCtx<'_>, file: &FileRef, rel: &str, out: &mut SourceBatch) -> Result<()> {
     let mut row_base = 0u64;
-    for batch in decode_parquet(ctx, path)? {
+    for batch in decode_parquet(ctx, file)? {
         let conformed = ctx.decoder.conform_batch(&batch)?;
         // The good rows are the rows between the rejected ones, in order.
         let mut next = 0u64;

@@ -2,17 +2,16 @@
 //! previous block: as lines (JSON lines) or as a byte stream that keeps the text of the
 //! record being parsed (CSV, whose records can span lines).
 
-use crate::fsutil::io_error;
+use super::input::FileRef;
 use etlantic_core::diagnostics::Result;
+use etlantic_core::storage::io_error;
 use std::io::Read;
-use std::path::Path;
 
 /// The size of one block read ahead.
 const BLOCK: usize = 4 << 20;
 
 /// The blocks of a file, in order (see [`with_blocks`]).
-pub(crate) struct Blocks<'a> {
-    path: &'a Path,
+pub(crate) struct Blocks {
     source: BlockSource,
 }
 
@@ -20,48 +19,115 @@ enum BlockSource {
     /// A file of at most one block, read whole.
     One(Option<Vec<u8>>),
     /// Blocks sent by the reader thread.
-    Ahead(std::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>),
+    Ahead(std::sync::mpsc::Receiver<Result<Vec<u8>>>),
 }
 
-impl Blocks<'_> {
+impl Blocks {
     /// The next block, or `None` at the end of the file.
     pub(crate) fn next_block(&mut self) -> Result<Option<Vec<u8>>> {
         match &mut self.source {
             BlockSource::One(block) => Ok(block.take()),
             BlockSource::Ahead(rx) => match rx.recv() {
-                Ok(block) => block.map(Some).map_err(|e| io_error("read", self.path, e)),
+                Ok(block) => block.map(Some),
                 Err(_) => Ok(None),
             },
         }
     }
 }
 
-/// Calls `f` with the blocks of the file at `path`. Files larger than one block are read
-/// by a second thread, at most two blocks ahead, so memory stays bounded and reading
-/// overlaps decoding.
+/// Where the reader thread takes blocks from.
+enum Reader {
+    File(std::fs::File),
+    /// An object read by ranges; `next` is the offset of the next block.
+    Object {
+        storage: std::sync::Arc<dyn etlantic_core::storage::Storage>,
+        name: String,
+        size: u64,
+        next: u64,
+    },
+}
+
+impl Reader {
+    /// The next block (empty at the end).
+    fn block(&mut self, at: &str) -> Result<Vec<u8>> {
+        match self {
+            Reader::File(file) => {
+                let mut block = Vec::with_capacity(BLOCK);
+                file.take(BLOCK as u64)
+                    .read_to_end(&mut block)
+                    .map_err(|e| io_error("read", at, e))?;
+                Ok(block)
+            }
+            Reader::Object {
+                storage,
+                name,
+                size,
+                next,
+            } => {
+                let len = (*size - *next).min(BLOCK as u64);
+                let block = storage.read_range(name, *next, len)?;
+                *next += len;
+                Ok(block)
+            }
+        }
+    }
+}
+
+/// Calls `f` with the blocks of `file`. Files larger than one block are read by a
+/// second thread, at most two blocks ahead, so memory stays bounded and reading overlaps
+/// decoding (an object is read one ranged request per block).
 pub(crate) fn with_blocks<T>(
-    path: &Path,
-    f: impl FnOnce(&mut Blocks<'_>) -> Result<T>,
+    file: &FileRef,
+    f: impl FnOnce(&mut Blocks) -> Result<T>,
 ) -> Result<T> {
-    let mut file = std::fs::File::open(path).map_err(|e| io_error("open", path, e))?;
-    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let at = file.display();
+    let (size, mut reader) = match file {
+        FileRef::Local(path) => {
+            let file = std::fs::File::open(path).map_err(|e| io_error("open", &at, e))?;
+            (
+                file.metadata().map(|m| m.len()).unwrap_or(0),
+                Reader::File(file),
+            )
+        }
+        FileRef::Object {
+            storage,
+            name,
+            size,
+        } => {
+            let size = FileRef::object_size(storage.as_ref(), name, *size)?;
+            let reader = Reader::Object {
+                storage: storage.clone(),
+                name: name.clone(),
+                size,
+                next: 0,
+            };
+            (size, reader)
+        }
+    };
     if size <= BLOCK as u64 {
-        let mut bytes = Vec::with_capacity(size as usize);
-        file.read_to_end(&mut bytes)
-            .map_err(|e| io_error("read", path, e))?;
+        // One read of a file that may have grown meanwhile: a file reads to its end, an
+        // object the size it had (the caller notices the change).
+        let bytes = match &mut reader {
+            Reader::File(file) => {
+                let mut bytes = Vec::with_capacity(size as usize);
+                file.read_to_end(&mut bytes)
+                    .map_err(|e| io_error("read", &at, e))?;
+                bytes
+            }
+            object => object.block(&at)?,
+        };
         let mut blocks = Blocks {
-            path,
             source: BlockSource::One(Some(bytes)),
         };
         return f(&mut blocks);
     }
     std::thread::scope(|scope| {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<std::io::Result<Vec<u8>>>(2);
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Vec<u8>>>(2);
+        let at = &at;
         scope.spawn(move || loop {
-            let mut block = Vec::with_capacity(BLOCK);
-            match (&mut file).take(BLOCK as u64).read_to_end(&mut block) {
-                Ok(0) => return,
-                Ok(_) => {
+            match reader.block(at) {
+                Ok(block) if block.is_empty() => return,
+                Ok(block) => {
                     if tx.send(Ok(block)).is_err() {
                         return;
                     }
@@ -74,7 +140,6 @@ pub(crate) fn with_blocks<T>(
         });
         // Dropping the receiver on an early return stops the reader at its next send.
         let mut blocks = Blocks {
-            path,
             source: BlockSource::Ahead(rx),
         };
         f(&mut blocks)
@@ -85,10 +150,10 @@ pub(crate) fn with_blocks<T>(
 /// from 1, without its `\n` (nor a `\r` before it), the UTF-8 byte order mark of the
 /// first line removed. A last line without a newline is a line.
 pub(crate) fn for_each_line(
-    path: &Path,
+    file: &FileRef,
     mut line: impl FnMut(u64, &[u8]) -> Result<()>,
 ) -> Result<()> {
-    with_blocks(path, |blocks| {
+    with_blocks(file, |blocks| {
         let mut lines = Splitter::default();
         while let Some(block) = blocks.next_block()? {
             lines.block(&block, &mut line)?;
@@ -100,8 +165,8 @@ pub(crate) fn for_each_line(
 /// The bytes of a file (without a UTF-8 byte order mark) as a [`Read`], block by block,
 /// keeping every byte from a mark on: a parser reading through it can still get the text
 /// of the record it is parsing, however many blocks that record spans.
-pub(crate) struct MarkedRead<'b, 'p> {
-    blocks: &'b mut Blocks<'p>,
+pub(crate) struct MarkedRead<'b> {
+    blocks: &'b mut Blocks,
     /// The bytes from the mark on (what was read, and what is still to be read).
     kept: Vec<u8>,
     /// The position in the file (after the byte order mark) of `kept[0]`.
@@ -113,8 +178,8 @@ pub(crate) struct MarkedRead<'b, 'p> {
     failed: Option<etlantic_core::diagnostics::Error>,
 }
 
-impl<'b, 'p> MarkedRead<'b, 'p> {
-    pub(crate) fn new(blocks: &'b mut Blocks<'p>) -> Self {
+impl<'b> MarkedRead<'b> {
+    pub(crate) fn new(blocks: &'b mut Blocks) -> Self {
         MarkedRead {
             blocks,
             kept: Vec::new(),
@@ -150,7 +215,7 @@ impl<'b, 'p> MarkedRead<'b, 'p> {
     }
 }
 
-impl Read for MarkedRead<'_, '_> {
+impl Read for MarkedRead<'_> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         while self.handed == self.kept.len() {
             let block = match self.blocks.next_block() {
@@ -279,22 +344,20 @@ mod tests {
     }
 
     /// Blocks as the reader thread would send them.
-    fn blocks_of<'p>(path: &'p Path, parts: &[&[u8]]) -> Blocks<'p> {
+    fn blocks_of(parts: &[&[u8]]) -> Blocks {
         let (tx, rx) = std::sync::mpsc::sync_channel(parts.len());
         for p in parts {
             tx.send(Ok(p.to_vec())).expect("send");
         }
         Blocks {
-            path,
             source: BlockSource::Ahead(rx),
         }
     }
 
     #[test]
     fn a_marked_read_keeps_the_text_of_a_record_across_blocks() {
-        let path = Path::new("t.csv");
         let parts: [&[u8]; 4] = [b"\xEF\xBB\xBFa,b\n\"x", b"y\nz", b"\",2\nlast,", b"3"];
-        let mut blocks = blocks_of(path, &parts);
+        let mut blocks = blocks_of(&parts);
         let mut reader = csv::ReaderBuilder::new()
             .has_headers(false)
             .buffer_capacity(3)
@@ -343,9 +406,8 @@ mod tests {
 
     #[test]
     fn a_marked_read_forgets_what_is_before_the_mark() {
-        let path = Path::new("t.csv");
         let big = vec![b'x'; BLOCK];
-        let mut blocks = blocks_of(path, &[&big, b"tail"]);
+        let mut blocks = blocks_of(&[&big, b"tail"]);
         let mut read = MarkedRead::new(&mut blocks);
         let mut buf = vec![0u8; BLOCK];
         assert_eq!(read.read(&mut buf).expect("read"), BLOCK);
@@ -367,14 +429,22 @@ mod tests {
             text.push_str(&format!("{{\"n\":{n}}}\n"));
         }
         std::fs::write(&path, &text).expect("write");
-        let mut seen = 0u64;
-        for_each_line(&path, |number, bytes| {
-            seen += 1;
-            assert_eq!(number, seen);
-            assert_eq!(bytes, format!("{{\"n\":{number}}}").as_bytes());
-            Ok(())
-        })
-        .expect("read");
-        assert_eq!(seen, n);
+        // As a local file, and as an object read by ranged requests.
+        let object = FileRef::Object {
+            storage: std::sync::Arc::new(etlantic_core::storage::LocalStorage::new(dir.path())),
+            name: "big.jsonl".into(),
+            size: None,
+        };
+        for file in [FileRef::Local(path.clone()), object] {
+            let mut seen = 0u64;
+            for_each_line(&file, |number, bytes| {
+                seen += 1;
+                assert_eq!(number, seen);
+                assert_eq!(bytes, format!("{{\"n\":{number}}}").as_bytes());
+                Ok(())
+            })
+            .expect("read");
+            assert_eq!(seen, n, "{file:?}");
+        }
     }
 }

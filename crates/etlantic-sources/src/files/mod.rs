@@ -48,11 +48,24 @@
 //! profile's `on_error` then decides: `fail` stops the query, `quarantine` records it
 //! and goes on without the file.
 //!
+//! # Object stores
+//!
+//! `s3://bucket/prefix/?format=…` (and `gs://`, `az://`, through the storage provider
+//! linked for them, `etlantic-object-store`) reads the objects directly under the prefix
+//! as a directory's files, with the same options, formats, limits and log; a location
+//! ending in a known extension is one object. The listing is one `LIST` per micro-batch
+//! (pages of 1,000 objects), and an object is logged with its ETag besides its size and
+//! time: an object overwritten after it was picked up is rejected with `ETL713` as a
+//! changed file is. Objects are read by ranged `GET`s of 4 MiB (JSON lines, CSV) or the
+//! footer and the needed column chunks (Parquet), never held whole. The store's options
+//! (endpoint, credentials) are the profile's `storage_options`.
+//!
 //! Without a state directory (batch runs) the offset lists the files themselves:
 //! `{"files": ["a.jsonl", "b.jsonl"]}` covers those files (cumulatively), and `read`
 //! returns the files of `end` that are not in `start`. A plain file is one file.
 
 mod formats;
+mod input;
 mod lines;
 pub mod seen_log;
 
@@ -60,7 +73,7 @@ pub use formats::{CsvOptions, FileFormat};
 pub use seen_log::{LogEntry, LoggedFile, SeenLog};
 
 use crate::decode::ContractDecoder;
-use crate::fsutil::{display_relative, io_error};
+use crate::fsutil::io_error;
 use etlantic_core::data::{Offset, RejectedRecord, SourcePosition};
 use etlantic_core::diagnostics::{codes, Error, Result};
 use etlantic_core::guarantee::SourceGuarantee;
@@ -69,11 +82,14 @@ use etlantic_core::plugin::{
     ReadLimit, Source, SourceBatch, SourceCapabilities, SourceContext, SourceProvider,
     SourceRegistration,
 };
+use etlantic_core::storage::{FileMeta, Location, Storage};
 use etlantic_core::uri::BindingUri;
 use formats::ReadCtx;
+use input::FileRef;
 use serde_json::json;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Default number of rows per Arrow batch.
 pub const DEFAULT_BATCH_SIZE: usize = 8192;
@@ -234,8 +250,12 @@ impl SourceProvider for FileSourceProvider {
         "file"
     }
 
+    fn aliases(&self) -> &'static [&'static str] {
+        etlantic_core::storage::OBJECT_SCHEMES
+    }
+
     fn description(&self) -> &'static str {
-        "Files and directories of JSON lines, CSV or Parquet (directories stream new files)"
+        "Files and directories of JSON lines, CSV or Parquet, on a local disk or an object store (s3://); directories stream new files"
     }
 
     fn capabilities(&self, uri: &BindingUri) -> Result<SourceCapabilities> {
@@ -283,29 +303,29 @@ fn parse_offset(offset: &Offset) -> Result<Position> {
     Err(bad_offset(offset))
 }
 
-/// A file's size in bytes and modification time (epoch ms): what a stream logs when it
-/// picks the file up, and compares before it reads it.
-type Stamp = (u64, i64);
+/// A file's size, modification time and (on an object store) ETag: what a stream logs
+/// when it picks the file up, and compares before it reads it.
+type Stamp = FileMeta;
 
-struct Listed {
-    name: String,
-    size: u64,
-    modified_ms: i64,
+/// Where a source's files are.
+#[derive(Clone, Debug)]
+enum Dir {
+    /// A directory of the local file system.
+    Local(PathBuf),
+    /// A prefix of an object store.
+    Remote(Arc<dyn Storage>),
 }
 
-/// The size and modification time of a file now (`None`: it no longer exists).
-fn stat(path: &Path) -> Result<Option<Stamp>> {
-    match std::fs::metadata(path) {
-        Ok(meta) => Ok(Some((
-            meta.len(),
-            meta.modified()
-                .ok()
-                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                .map(|d| d.as_millis() as i64)
-                .unwrap_or(0),
-        ))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(io_error("stat", path, e)),
+impl Dir {
+    fn file(&self, name: &str) -> FileRef {
+        match self {
+            Dir::Local(base) => FileRef::Local(base.join(name)),
+            Dir::Remote(storage) => FileRef::Object {
+                storage: storage.clone(),
+                name: name.to_string(),
+                size: None,
+            },
+        }
     }
 }
 
@@ -314,7 +334,7 @@ pub struct FileSource {
     asset: String,
     root: PathBuf,
     /// The directory files are listed in (a plain file's parent).
-    base: PathBuf,
+    dir: Dir,
     /// The file name, for a plain-file source.
     single: Option<(String, FileFormat)>,
     options: FileSourceOptions,
@@ -353,7 +373,7 @@ struct ReadJob {
     columns_read: Option<HashSet<String>>,
     /// The files, with their size and modification time as logged when a stream picked
     /// them up (`None` in batch runs).
-    files: Vec<(PathBuf, FileFormat, Option<Stamp>)>,
+    files: Vec<(FileRef, FileFormat, Option<Stamp>)>,
 }
 
 impl ReadJob {
@@ -367,22 +387,26 @@ impl ReadJob {
             columns_read: self.columns_read.as_ref(),
         };
         let mut out = SourceBatch::default();
-        for (path, format, logged) in &self.files {
+        for (file, format, logged) in &self.files {
             let Some(logged) = logged else {
-                formats::read_file(&ctx, path, *format, &mut out)?;
+                formats::read_file(&ctx, file, *format, &mut out)?;
                 continue;
             };
-            // Checked before and after decoding: a change while the file is read counts.
-            if let Some(changed) = self.changed(path, *logged)? {
+            // Checked before and after decoding: a change while the file is read counts
+            // (also when it made the read fail: an object that shrank mid-read).
+            if let Some(changed) = self.changed(file, logged)? {
                 out.rejected.push(changed);
                 continue;
             }
             let mut part = SourceBatch::default();
-            formats::read_file(&ctx, path, *format, &mut part)?;
-            if let Some(changed) = self.changed(path, *logged)? {
+            // Unchanged since it was logged: its size is the logged one.
+            let sized = file.clone().with_size(logged.size);
+            let read = formats::read_file(&ctx, &sized, *format, &mut part);
+            if let Some(changed) = self.changed(file, logged)? {
                 out.rejected.push(changed);
                 continue;
             }
+            read?;
             out.batches.extend(part.batches);
             out.rejected.extend(part.rejected);
             for run in part.origins.runs() {
@@ -394,16 +418,28 @@ impl ReadJob {
 
     /// The `ETL713` record of a file whose size or modification time is no longer the
     /// logged one, if it changed.
-    fn changed(&self, path: &Path, (size, modified_ms): Stamp) -> Result<Option<RejectedRecord>> {
-        let now = stat(path)?;
-        if now == Some((size, modified_ms)) {
+    fn changed(&self, file: &FileRef, logged: &Stamp) -> Result<Option<RejectedRecord>> {
+        let now = file.stat()?;
+        if now.as_ref().is_some_and(|now| now.same_as(logged)) {
             return Ok(None);
         }
+        let size = logged.size;
         let what = match now {
             None => "was deleted".to_string(),
-            Some((n, _)) if n > size => format!("grew from {size} to {n} bytes"),
-            Some((n, _)) if n < size => format!("shrank from {size} to {n} bytes"),
-            Some((_, m)) => format!("was rewritten (modified at {m} ms, not {modified_ms} ms)"),
+            Some(FileMeta { size: n, .. }) if n > size => format!("grew from {size} to {n} bytes"),
+            Some(FileMeta { size: n, .. }) if n < size => {
+                format!("shrank from {size} to {n} bytes")
+            }
+            Some(FileMeta {
+                version: Some(v), ..
+            }) if logged.version.as_ref().is_some_and(|l| *l != v) => format!(
+                "was rewritten (ETag {v}, not {})",
+                logged.version.as_deref().unwrap_or_default()
+            ),
+            Some(FileMeta { modified_ms: m, .. }) => format!(
+                "was rewritten (modified at {m} ms, not {} ms)",
+                logged.modified_ms
+            ),
         };
         Ok(Some(RejectedRecord {
             code: codes::SOURCE_FILE_CHANGED.code.to_string(),
@@ -413,7 +449,7 @@ impl ReadJob {
             field: None,
             position: SourcePosition {
                 asset: self.asset.clone(),
-                file: Some(display_relative(path, &self.root)),
+                file: Some(file.shown(&self.root)),
                 ..SourcePosition::default()
             },
             raw: String::new(),
@@ -425,7 +461,7 @@ impl std::fmt::Debug for FileSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FileSource")
             .field("asset", &self.asset)
-            .field("base", &self.base)
+            .field("dir", &self.dir)
             .field("single", &self.single)
             .finish()
     }
@@ -433,55 +469,63 @@ impl std::fmt::Debug for FileSource {
 
 impl FileSource {
     /// Creates the source; checks that the path exists (a directory may be missing in a
-    /// streaming run: it is read as empty until it appears) and loads the seen-files log.
+    /// streaming run: it is read as empty until it appears; an object-store prefix is not
+    /// checked here, its first listing is) and loads the seen-files log.
     pub fn new(ctx: SourceContext) -> Result<Self> {
         let options = FileSourceOptions::from_uri(&ctx.uri)?;
-        let path = ctx.resolve_path(&ctx.uri.location);
         let streaming = ctx.mode == etlantic_core::streaming::ExecutionMode::Streaming;
-        let is_file = if path.is_dir() {
-            false
-        } else if path.is_file() {
-            true
-        } else if streaming && !looks_like_file(&ctx.uri.location) {
-            false
-        } else {
-            return Err(Error::new(
-                &codes::IO_ERROR,
-                format!("asset `{}`: `{}` does not exist", ctx.asset, path.display()),
-            ));
+        let location = Location::of_binding(&ctx.uri, &ctx.root)?;
+        let (shown, is_file) = match &location {
+            Location::Local(path) => {
+                let is_file = if path.is_dir() {
+                    false
+                } else if path.is_file() {
+                    true
+                } else if streaming && !looks_like_file(&ctx.uri.location) {
+                    false
+                } else {
+                    return Err(Error::new(
+                        &codes::IO_ERROR,
+                        format!("asset `{}`: `{}` does not exist", ctx.asset, path.display()),
+                    ));
+                };
+                (path.display().to_string(), is_file)
+            }
+            Location::Remote(url) => (url.to_string(), looks_like_file(&ctx.uri.location)),
         };
-        let (base, single) = if is_file {
+        let (dir_location, single) = if is_file {
             if streaming {
                 return Err(Error::new(
                     &codes::SOURCE_NOT_STREAMABLE,
                     format!(
-                        "asset `{}`: `{}` is a file; only a directory can be read as a stream",
+                        "asset `{}`: `{shown}` is a file; only a directory can be read as a stream",
                         ctx.asset,
-                        path.display()
                     ),
                 ));
             }
+            let (parent, name) = location.parent_and_name();
             let format = options
                 .format
-                .or_else(|| FileFormat::from_path(&path))
+                .or_else(|| FileFormat::from_path(Path::new(&name)))
                 .ok_or_else(|| {
                     Error::new(
                         &codes::FORMAT_UNSUPPORTED,
                         format!(
-                            "asset `{}`: cannot tell the format of `{}` from its extension; add ?format=jsonl|csv|parquet",
+                            "asset `{}`: cannot tell the format of `{shown}` from its extension; add ?format=jsonl|csv|parquet",
                             ctx.asset,
-                            path.display()
                         ),
                     )
                 })?;
-            let name = path
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-            (base, Some((name, format)))
+            (parent, Some((name, format)))
         } else {
-            (path, None)
+            (location, None)
+        };
+        let dir = match dir_location {
+            Location::Local(path) => Dir::Local(path),
+            remote => Dir::Remote(etlantic_core::storage::open_location(
+                &remote,
+                &ctx.storage_options,
+            )?),
         };
         let decoder = ContractDecoder::new(ctx.schema.clone(), ctx.contract.as_deref())?;
         let log = match &ctx.state {
@@ -491,7 +535,7 @@ impl FileSource {
         Ok(FileSource {
             asset: ctx.asset,
             root: ctx.root,
-            base,
+            dir,
             single,
             options,
             decoder,
@@ -514,31 +558,41 @@ impl FileSource {
         }
     }
 
-    fn list(&self) -> Result<Vec<Listed>> {
-        let stat = |name: &str| -> Result<Listed> {
-            let path = self.base.join(name);
-            let (size, modified_ms) = stat(&path)?.ok_or_else(|| {
-                io_error("stat", &path, "the file was deleted while it was listed")
-            })?;
-            Ok(Listed {
-                name: name.to_string(),
-                size,
-                modified_ms,
-            })
-        };
+    /// The files to read, sorted by name, with their size, time and version now.
+    fn list(&self) -> Result<Vec<(String, Stamp)>> {
         if let Some((name, _)) = &self.single {
-            return Ok(vec![stat(name)?]);
+            let file = self.dir.file(name);
+            let meta = file.stat()?.ok_or_else(|| {
+                io_error(
+                    "stat",
+                    Path::new(&file.display()),
+                    "the file was deleted while it was listed",
+                )
+            })?;
+            return Ok(vec![(name.clone(), meta)]);
         }
-        let listing = match std::fs::read_dir(&self.base) {
+        let wanted = |name: &str| {
+            !(name.starts_with('.') || name.starts_with('_') || self.format_of(name).is_none())
+        };
+        let base = match &self.dir {
+            Dir::Remote(storage) => {
+                // One listing carries every object's size and ETag.
+                let mut files = storage.list_files("")?;
+                files.retain(|(name, _)| wanted(name));
+                return Ok(files);
+            }
+            Dir::Local(base) => base,
+        };
+        let listing = match std::fs::read_dir(base) {
             Ok(l) => l,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(io_error("list", &self.base, e)),
+            Err(e) => return Err(io_error("list", base, e)),
         };
         let mut names = Vec::new();
         for item in listing {
-            let item = item.map_err(|e| io_error("list", &self.base, e))?;
+            let item = item.map_err(|e| io_error("list", base, e))?;
             let name = item.file_name().to_string_lossy().into_owned();
-            if name.starts_with('.') || name.starts_with('_') || self.format_of(&name).is_none() {
+            if !wanted(&name) {
                 continue;
             }
             // Follow symlinks: a link to a file counts as a file.
@@ -547,7 +601,16 @@ impl FileSource {
             }
         }
         names.sort();
-        names.iter().map(|n| stat(n)).collect()
+        names
+            .into_iter()
+            .map(|name| {
+                let path = base.join(&name);
+                let meta = input::local_stat(&path)?.ok_or_else(|| {
+                    io_error("stat", &path, "the file was deleted while it was listed")
+                })?;
+                Ok((name, meta))
+            })
+            .collect()
     }
 
     fn file_limit(&self, limit: &ReadLimit) -> Option<usize> {
@@ -563,24 +626,24 @@ impl FileSource {
     fn read_job(&self, names: &[(String, Option<Stamp>)]) -> Result<ReadJob> {
         let mut files = Vec::with_capacity(names.len());
         for (name, logged) in names {
-            let path = self.base.join(name);
+            let file = self.dir.file(name);
             let format = self.format_of(name).ok_or_else(|| {
                 Error::new(
                     &codes::FORMAT_UNSUPPORTED,
-                    format!("cannot tell the format of `{}`", path.display()),
+                    format!("cannot tell the format of `{}`", file.display()),
                 )
             })?;
-            if logged.is_none() && !path.exists() {
+            if logged.is_none() && file.stat()?.is_none() {
                 return Err(Error::new(
                     &codes::IO_ERROR,
                     format!(
                         "asset `{}`: `{}` does not exist",
                         self.asset,
-                        path.display()
+                        file.display()
                     ),
                 ));
             }
-            files.push((path, format, *logged));
+            files.push((file, format, logged.clone()));
         }
         Ok(ReadJob {
             asset: self.asset.clone(),
@@ -600,7 +663,14 @@ impl FileSource {
                     // A file that changed since it was read ahead is read (and rejected)
                     // now, as a read without read-ahead would.
                     let unchanged = names.iter().all(|(name, logged)| {
-                        logged.is_none_or(|l| stat(&self.base.join(name)).ok() == Some(Some(l)))
+                        logged.as_ref().is_none_or(|l| {
+                            self.dir
+                                .file(name)
+                                .stat()
+                                .ok()
+                                .flatten()
+                                .is_some_and(|now| now.same_as(l))
+                        })
                     });
                     if unchanged {
                         return Ok(batch);
@@ -622,9 +692,9 @@ impl FileSource {
             Ok(None) => match self.list() {
                 Ok(listed) => listed
                     .into_iter()
-                    .filter(|l| !log.contains(&l.name))
+                    .filter(|(name, _)| !log.contains(name))
                     .take(self.last_limit.unwrap_or(usize::MAX))
-                    .map(|l| (l.name, Some((l.size, l.modified_ms))))
+                    .map(|(name, meta)| (name, Some(meta)))
                     .collect(),
                 Err(_) => return,
             },
@@ -649,7 +719,10 @@ impl FileSource {
 fn logged_names(files: Vec<LoggedFile>) -> Vec<(String, Option<Stamp>)> {
     files
         .into_iter()
-        .map(|f| (f.path, Some((f.size, f.modified_ms))))
+        .map(|f| {
+            let meta = f.meta();
+            (f.path, Some(meta))
+        })
         .collect()
 }
 
@@ -691,7 +764,7 @@ impl Source for FileSource {
             let new: Vec<String> = self
                 .list()?
                 .into_iter()
-                .map(|l| l.name)
+                .map(|(name, _)| name)
                 .filter(|n| !seen_set.contains(n.as_str()))
                 .take(max.unwrap_or(usize::MAX))
                 .collect();
@@ -729,12 +802,13 @@ impl Source for FileSource {
         }
         let new: Vec<LoggedFile> = listed
             .into_iter()
-            .filter(|l| !log.contains(&l.name))
+            .filter(|(name, _)| !log.contains(name))
             .take(max.unwrap_or(usize::MAX))
-            .map(|l| LoggedFile {
-                path: l.name,
-                size: l.size,
-                modified_ms: l.modified_ms,
+            .map(|(name, meta)| LoggedFile {
+                path: name,
+                size: meta.size,
+                modified_ms: meta.modified_ms,
+                version: meta.version,
             })
             .collect();
         if new.is_empty() {

@@ -56,6 +56,20 @@ pub struct LoggedFile {
     pub size: u64,
     /// Modification time when it was listed (epoch milliseconds).
     pub modified_ms: i64,
+    /// The object's ETag when it was listed, on an object store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+impl LoggedFile {
+    /// What was logged of the file, to compare with what it is now.
+    pub fn meta(&self) -> etlantic_core::storage::FileMeta {
+        etlantic_core::storage::FileMeta {
+            size: self.size,
+            modified_ms: self.modified_ms,
+            version: self.version.clone(),
+        }
+    }
 }
 
 fn corrupt(at: &str, e: impl std::fmt::Display) -> Error {
@@ -332,6 +346,7 @@ mod tests {
             path: name.into(),
             size: name.len() as u64,
             modified_ms: 7,
+            version: None,
         }
     }
 
