@@ -518,6 +518,24 @@ pub fn table_stores(url: &url::Url, options: &StorageOptions) -> Result<TableSto
     })
 }
 
+/// The log store of the Delta table at `url` (`scheme://bucket/prefix`): `deltalake`'s
+/// default log store over [`table_stores`], whose commits are conditional puts of
+/// `_delta_log/<version>.json` (`If-None-Match: *`), so of two writers of one version
+/// exactly one wins.
+#[cfg(feature = "delta")]
+pub fn delta_log_store(
+    url: &url::Url,
+    options: &StorageOptions,
+) -> Result<deltalake::logstore::LogStoreRef> {
+    let stores = table_stores(url, options)?;
+    Ok(deltalake::logstore::default_logstore(
+        stores.prefixed,
+        stores.root,
+        &stores.url,
+        &deltalake::logstore::StorageConfig::default(),
+    ))
+}
+
 /// The object store of `url`, configured from the environment, then `options`, with no
 /// retries of its own ([`ObjectStorage`] retries, counted).
 pub fn build_store(url: &url::Url, options: &StorageOptions) -> Result<Arc<dyn ObjectStore>> {

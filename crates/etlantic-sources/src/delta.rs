@@ -64,7 +64,6 @@ use etlantic_core::plugin::{
 use etlantic_core::storage::{Location, StorageOptions};
 use etlantic_core::streaming::ExecutionMode;
 use etlantic_core::uri::BindingUri;
-use std::path::Path;
 use std::sync::Arc;
 use url::Url;
 
@@ -183,7 +182,7 @@ impl SourceProvider for DeltaSourceProvider {
         Ok(Box::new(DeltaSource {
             asset: ctx.asset.clone(),
             location: ctx.uri.location.clone(),
-            table: table_location(&ctx.uri.location, &ctx.root)?,
+            table: Location::parse_path_or_object(&ctx.uri.location, &ctx.root)?,
             storage_options: ctx.storage_options.clone(),
             options,
             mode: ctx.mode,
@@ -211,22 +210,6 @@ fn io(what: &str, table: &Location, e: impl std::fmt::Display) -> Error {
     )
 }
 
-/// Where a binding's table is: a directory (relative to `root` or absolute), or an
-/// object-store URL.
-fn table_location(location: &str, root: &Path) -> Result<Location> {
-    if !location.contains("://") {
-        return Ok(Location::Local(etlantic_core::uri::located(root, location)));
-    }
-    let parsed = Location::parse(location, root)?;
-    if parsed.is_remote() && !etlantic_core::storage::OBJECT_SCHEMES.contains(&parsed.scheme()) {
-        return Err(Error::new(
-            &codes::BAD_URI,
-            format!("`{location}` is not a table location: `{}://` is not an object store (s3://, gs://, az://)", parsed.scheme()),
-        ));
-    }
-    Ok(parsed)
-}
-
 /// The log store of the table at `table`.
 fn log_store(table: &Location, options: &StorageOptions) -> Result<LogStoreRef> {
     match table {
@@ -242,15 +225,7 @@ fn log_store(table: &Location, options: &StorageOptions) -> Result<LogStoreRef> 
             logstore_for(&url, StorageConfig::default()).map_err(|e| io("cannot open", table, e))
         }
         #[cfg(feature = "object-store")]
-        Location::Remote(url) => {
-            let stores = etlantic_object_store::table_stores(url, options)?;
-            Ok(deltalake::logstore::default_logstore(
-                stores.prefixed,
-                stores.root,
-                &stores.url,
-                &StorageConfig::default(),
-            ))
-        }
+        Location::Remote(url) => etlantic_object_store::delta_log_store(url, options),
         #[cfg(not(feature = "object-store"))]
         Location::Remote(url) => {
             let _ = options;

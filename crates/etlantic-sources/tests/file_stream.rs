@@ -2,31 +2,15 @@
 
 mod common;
 
-use arrow::array::{Array, Int64Array};
 use common::*;
 use etlantic_core::data::Offset;
-use etlantic_core::plugin::{source_provider, ReadLimit, Source, SourceBatch};
+use etlantic_core::plugin::{source_provider, ReadLimit, Source};
 use etlantic_core::streaming::ExecutionMode;
 use serde_json::json;
 use std::path::Path;
 
 // Links the crate so that its providers register themselves.
 use etlantic_sources as _;
-
-fn ids(out: &SourceBatch) -> Vec<i64> {
-    out.batches
-        .iter()
-        .flat_map(|b| {
-            let a = b
-                .column_by_name("id")
-                .unwrap()
-                .as_any()
-                .downcast_ref::<Int64Array>()
-                .unwrap();
-            (0..a.len()).map(|i| a.value(i)).collect::<Vec<_>>()
-        })
-        .collect()
-}
 
 fn event_file(dir: &Path, name: &str, ids: &[i64]) {
     let text: String = ids

@@ -8,7 +8,7 @@ mod common;
 use arrow::array::{Array, Int64Array, RecordBatch, StringArray};
 use common::*;
 use etlantic_core::data::Offset;
-use etlantic_core::plugin::{source_provider, ReadLimit, Source, SourceBatch};
+use etlantic_core::plugin::{source_provider, ReadLimit, Source};
 use etlantic_core::storage::{put_bytes, Storage, Sub};
 use etlantic_core::streaming::ExecutionMode;
 use etlantic_object_store::testing::S3TestServer;
@@ -20,21 +20,6 @@ use std::sync::Arc;
 // Links the crates so that their providers register themselves.
 use etlantic_object_store as _;
 use etlantic_sources as _;
-
-fn ids(out: &SourceBatch) -> Vec<i64> {
-    out.batches
-        .iter()
-        .flat_map(|b| {
-            let a = b
-                .column_by_name("id")
-                .unwrap()
-                .as_any()
-                .downcast_ref::<Int64Array>()
-                .unwrap();
-            (0..a.len()).map(|i| a.value(i)).collect::<Vec<_>>()
-        })
-        .collect()
-}
 
 fn events(ids: &[i64], note: &str) -> String {
     ids.iter()

@@ -388,46 +388,6 @@ fn a_batch_run_reads_a_delta_table_and_overwrites_another() {
     let dir = tmp.path();
     project(dir, "append", "delta://out/counts");
     run_ok(dir);
-    let totals = r#"apiVersion: etlantic/v1
-kind: Pipeline
-name: totals
-assets:
-  counts:
-    contract: contracts/counts.yaml
-  totals:
-    contract: contracts/totals.yaml
-sources:
-  - id: counts
-    asset: counts
-transforms:
-  - id: per_campaign
-    inputs:
-      counts: counts
-    steps:
-      - aggregate:
-          group_by: [campaign]
-          aggregates: {total: "sum(n)"}
-sinks:
-  - id: write_totals
-    input: per_campaign
-    asset: totals
-"#;
-    let contract = r#"version: "1.0.0"
-apiVersion: "v3.1.0"
-kind: "DataContract"
-id: "totals"
-name: "totals"
-status: "active"
-schema:
-  - name: "totals"
-    logicalType: "object"
-    properties:
-      - name: "campaign"
-        logicalType: "string"
-      - name: "total"
-        logicalType: "integer"
-        logicalTypeOptions: {format: "i64"}
-"#;
     let profile = r#"apiVersion: etlantic/v1
 kind: Profile
 name: batch
@@ -436,8 +396,8 @@ bindings:
   counts: delta://out/counts
   totals: delta://out/totals?mode=overwrite
 "#;
-    std::fs::write(dir.join("totals.yaml"), totals).unwrap();
-    std::fs::write(dir.join("contracts/totals.yaml"), contract).unwrap();
+    std::fs::write(dir.join("totals.yaml"), TOTALS_PIPELINE).unwrap();
+    std::fs::write(dir.join("contracts/totals.yaml"), TOTALS).unwrap();
     std::fs::write(dir.join("profiles/batch.yaml"), profile).unwrap();
     for _ in 0..2 {
         let o = Command::new(env!("CARGO_BIN_EXE_etlantic"))

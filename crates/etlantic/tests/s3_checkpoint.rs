@@ -7,7 +7,9 @@
 #![cfg(feature = "object-store")]
 
 mod common;
-use common::crash::{describe, input_files, output_text, write_click_counts, FAIL_POINTS};
+use common::crash::{
+    describe, input_files, output_text, write_click_counts, FAIL_POINTS, TOTALS, TOTALS_PIPELINE,
+};
 
 use etlantic::object_store::testing::S3TestServer;
 use etlantic::object_store::ObjectStorage;
@@ -360,46 +362,6 @@ fn a_delta_table_on_s3_killed_at_every_step_loses_and_duplicates_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     write_click_counts(dir, &profile("file://chk", ""));
-    let totals = r#"apiVersion: etlantic/v1
-kind: Pipeline
-name: totals
-assets:
-  counts:
-    contract: contracts/counts.yaml
-  totals:
-    contract: contracts/totals.yaml
-sources:
-  - id: counts
-    asset: counts
-transforms:
-  - id: per_campaign
-    inputs:
-      counts: counts
-    steps:
-      - aggregate:
-          group_by: [campaign]
-          aggregates: {total: "sum(n)"}
-sinks:
-  - id: write_totals
-    input: per_campaign
-    asset: totals
-"#;
-    let contract = r#"version: "1.0.0"
-apiVersion: "v3.1.0"
-kind: "DataContract"
-id: "totals"
-name: "totals"
-status: "active"
-schema:
-  - name: "totals"
-    logicalType: "object"
-    properties:
-      - name: "campaign"
-        logicalType: "string"
-      - name: "total"
-        logicalType: "integer"
-        logicalTypeOptions: {format: "i64"}
-"#;
     let batch_profile = r#"apiVersion: etlantic/v1
 kind: Profile
 name: batch
@@ -408,8 +370,8 @@ bindings:
   counts: delta://s3://chk/delta-after_commit-0/counts
   totals: delta://s3://chk/totals?mode=overwrite
 "#;
-    std::fs::write(dir.join("totals.yaml"), totals).unwrap();
-    std::fs::write(dir.join("contracts/totals.yaml"), contract).unwrap();
+    std::fs::write(dir.join("totals.yaml"), TOTALS_PIPELINE).unwrap();
+    std::fs::write(dir.join("contracts/totals.yaml"), TOTALS).unwrap();
     std::fs::write(dir.join("profiles/batch.yaml"), batch_profile).unwrap();
     for _ in 0..2 {
         let o = Command::new(env!("CARGO_BIN_EXE_etlantic"))

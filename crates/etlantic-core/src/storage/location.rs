@@ -131,6 +131,26 @@ impl Location {
         }
     }
 
+    /// A table's or warehouse's location as a binding writes it: a path (relative to
+    /// `root` or absolute), `file://path`, or an object-store URL of one of
+    /// [`OBJECT_SCHEMES`]; `ETL007` for any other scheme.
+    pub fn parse_path_or_object(text: &str, root: &Path) -> Result<Location> {
+        if !text.contains("://") {
+            return Ok(Location::Local(crate::uri::located(root, text)));
+        }
+        let parsed = Location::parse(text, root)?;
+        if parsed.is_remote() && !OBJECT_SCHEMES.contains(&parsed.scheme()) {
+            return Err(Error::new(
+                &codes::BAD_URI,
+                format!(
+                    "`{text}` is not a location: `{}://` is neither a path nor an object store (s3://, gs://, az://)",
+                    parsed.scheme()
+                ),
+            ));
+        }
+        Ok(parsed)
+    }
+
     /// The local directory, if it is one.
     pub fn as_local(&self) -> Option<&Path> {
         match self {

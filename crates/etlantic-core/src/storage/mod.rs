@@ -166,6 +166,23 @@ impl FileMeta {
     }
 }
 
+/// The [`FileMeta`] of a local file (symbolic links followed), `None` when there is none.
+pub fn file_meta(path: &Path) -> Result<Option<FileMeta>> {
+    match fs::metadata(path) {
+        Ok(m) => Ok(Some(FileMeta {
+            size: m.len(),
+            modified_ms: m
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_millis() as i64),
+            version: None,
+        })),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_error("stat", &show(path), e)),
+    }
+}
+
 /// A held [`Storage::lock`]: released when dropped.
 pub struct Lock {
     _held: Box<dyn Send + Sync>,
@@ -474,20 +491,7 @@ impl Storage for LocalStorage {
     }
 
     fn stat(&self, path: &str) -> Result<Option<FileMeta>> {
-        let p = self.path(path);
-        match fs::metadata(&p) {
-            Ok(m) => Ok(Some(FileMeta {
-                size: m.len(),
-                modified_ms: m
-                    .modified()
-                    .ok()
-                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                    .map_or(0, |d| d.as_millis() as i64),
-                version: None,
-            })),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(io_error("stat", &show(&p), e)),
-        }
+        file_meta(&self.path(path))
     }
 
     fn list(&self, dir: &str) -> Result<Vec<String>> {

@@ -98,7 +98,7 @@ use log_store::{FaultLogStore, DISARMED};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
-use table::{location_log_store, table_location};
+use table::location_log_store;
 
 /// How the sink writes a batch (`?mode=`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -318,7 +318,7 @@ impl DeltaSink {
         }
         Ok(DeltaSink {
             asset: ctx.asset.clone(),
-            location: table_location(&ctx.uri.location, &ctx.root)?,
+            location: Location::parse_path_or_object(&ctx.uri.location, &ctx.root)?,
             storage_options: ctx.storage_options.clone(),
             options,
             mode: ctx.mode,

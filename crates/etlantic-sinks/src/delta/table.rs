@@ -30,25 +30,6 @@ pub(crate) fn table_url(path: &Path) -> Result<Url> {
     })
 }
 
-/// Where a `delta://` binding's table is: a directory (relative to `root` or absolute),
-/// or a table on an object store written as a URL (`delta://s3://bucket/path`).
-pub(crate) fn table_location(location: &str, root: &Path) -> Result<Location> {
-    if !location.contains("://") {
-        return Ok(Location::Local(etlantic_core::uri::located(root, location)));
-    }
-    let parsed = Location::parse(location, root)?;
-    if parsed.is_remote() && !etlantic_core::storage::OBJECT_SCHEMES.contains(&parsed.scheme()) {
-        return Err(Error::new(
-            &codes::BAD_URI,
-            format!(
-                "`{location}` is not a table location: `{}://` is not an object store (s3://, gs://, az://)",
-                parsed.scheme()
-            ),
-        ));
-    }
-    Ok(parsed)
-}
-
 /// The log store of the table at `location`: [`table_log_store`] for a directory, or
 /// `deltalake`'s default log store (commits by conditional put: `If-None-Match: *`, so of
 /// two writers of one version exactly one wins) over the bucket's object store.
@@ -64,13 +45,7 @@ pub(crate) fn location_log_store(
 
 #[cfg(feature = "object-store")]
 fn remote_log_store(url: &Url, options: &StorageOptions) -> Result<LogStoreRef> {
-    let stores = etlantic_object_store::table_stores(url, options)?;
-    Ok(deltalake::logstore::default_logstore(
-        stores.prefixed,
-        stores.root,
-        &stores.url,
-        &StorageConfig::default(),
-    ))
+    etlantic_object_store::delta_log_store(url, options)
 }
 
 #[cfg(not(feature = "object-store"))]

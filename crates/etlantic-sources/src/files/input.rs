@@ -63,7 +63,7 @@ impl FileRef {
     /// Its size, modification time and version now (`None`: it no longer exists).
     pub(crate) fn stat(&self) -> Result<Option<FileMeta>> {
         match self {
-            FileRef::Local(path) => local_stat(path),
+            FileRef::Local(path) => etlantic_core::storage::file_meta(path),
             FileRef::Object { storage, name, .. } => storage.stat(name),
         }
     }
@@ -87,23 +87,6 @@ impl FileRef {
                 })
             }
         }
-    }
-}
-
-/// The size and modification time of a local file (symbolic links followed).
-pub(crate) fn local_stat(path: &Path) -> Result<Option<FileMeta>> {
-    match std::fs::metadata(path) {
-        Ok(meta) => Ok(Some(FileMeta {
-            size: meta.len(),
-            modified_ms: meta
-                .modified()
-                .ok()
-                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                .map_or(0, |d| d.as_millis() as i64),
-            version: None,
-        })),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(io_error("stat", &path.display().to_string(), e)),
     }
 }
 

@@ -605,7 +605,7 @@ impl FileSource {
             .into_iter()
             .map(|name| {
                 let path = base.join(&name);
-                let meta = input::local_stat(&path)?.ok_or_else(|| {
+                let meta = etlantic_core::storage::file_meta(&path)?.ok_or_else(|| {
                     io_error("stat", &path, "the file was deleted while it was listed")
                 })?;
                 Ok((name, meta))

@@ -108,6 +108,23 @@ pub fn write(path: &Path, text: &str) {
     std::fs::write(path, text).unwrap();
 }
 
+/// The `id` column (Int64) of every batch read, in order.
+pub fn ids(out: &etlantic_core::plugin::SourceBatch) -> Vec<i64> {
+    use arrow::array::{Array, Int64Array};
+    out.batches
+        .iter()
+        .flat_map(|b| {
+            let a = b
+                .column_by_name("id")
+                .unwrap()
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .unwrap();
+            (0..a.len()).map(|i| a.value(i)).collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 /// Reads everything a bounded source has.
 pub async fn read_all(source: &mut Box<dyn Source>) -> etlantic_core::plugin::SourceBatch {
     let limit = etlantic_core::plugin::ReadLimit::unlimited();

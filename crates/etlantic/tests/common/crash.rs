@@ -83,6 +83,52 @@ sinks:
     output_mode: append
 "#;
 
+/// A batch pipeline over the click counts: the total count per campaign into `totals`.
+#[allow(dead_code)]
+pub const TOTALS_PIPELINE: &str = r#"apiVersion: etlantic/v1
+kind: Pipeline
+name: totals
+assets:
+  counts:
+    contract: contracts/counts.yaml
+  totals:
+    contract: contracts/totals.yaml
+sources:
+  - id: counts
+    asset: counts
+transforms:
+  - id: per_campaign
+    inputs:
+      counts: counts
+    steps:
+      - aggregate:
+          group_by: [campaign]
+          aggregates: {total: "sum(n)"}
+sinks:
+  - id: write_totals
+    input: per_campaign
+    asset: totals
+"#;
+
+/// The contract of [`TOTALS_PIPELINE`]'s output.
+#[allow(dead_code)]
+pub const TOTALS: &str = r#"version: "1.0.0"
+apiVersion: "v3.1.0"
+kind: "DataContract"
+id: "totals"
+name: "totals"
+status: "active"
+schema:
+  - name: "totals"
+    logicalType: "object"
+    properties:
+      - name: "campaign"
+        logicalType: "string"
+      - name: "total"
+        logicalType: "integer"
+        logicalTypeOptions: {format: "i64"}
+"#;
+
 /// Writes the click-count project into `dir`: [`CLICK_COUNTS_PIPELINE`], `profile` as
 /// `profiles/local.yaml`, the contracts and [`input_files`] under `in/`.
 pub fn write_click_counts(dir: &Path, profile: &str) {
