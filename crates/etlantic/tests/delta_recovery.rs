@@ -15,7 +15,6 @@ use common::crash::*;
 use serde_json::Value;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::Command;
 
 fn pipeline(output_mode: &str) -> String {
     format!(
@@ -388,32 +387,12 @@ fn a_batch_run_reads_a_delta_table_and_overwrites_another() {
     let dir = tmp.path();
     project(dir, "append", "delta://out/counts");
     run_ok(dir);
-    let profile = r#"apiVersion: etlantic/v1
-kind: Profile
-name: batch
-mode: batch
-bindings:
-  counts: delta://out/counts
-  totals: delta://out/totals?mode=overwrite
-"#;
-    std::fs::write(dir.join("totals.yaml"), TOTALS_PIPELINE).unwrap();
-    std::fs::write(dir.join("contracts/totals.yaml"), TOTALS).unwrap();
-    std::fs::write(dir.join("profiles/batch.yaml"), profile).unwrap();
-    for _ in 0..2 {
-        let o = Command::new(env!("CARGO_BIN_EXE_etlantic"))
-            .current_dir(dir)
-            .args([
-                "run",
-                "totals.yaml",
-                "--profile",
-                "profiles/batch.yaml",
-                "--format",
-                "json",
-            ])
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", describe(&o));
-    }
+    run_totals_twice(
+        dir,
+        "delta://out/counts",
+        "delta://out/totals?mode=overwrite",
+        &[],
+    );
     let batches = block_on(etlantic_sinks::delta::read_table(dir.join("out/totals"))).unwrap();
     let mut got = Vec::new();
     for b in &batches {

@@ -8,7 +8,7 @@
 
 mod common;
 use common::crash::{
-    describe, input_files, output_text, write_click_counts, FAIL_POINTS, TOTALS, TOTALS_PIPELINE,
+    describe, input_files, output_text, run_totals_twice, write_click_counts, FAIL_POINTS,
 };
 
 use etlantic::object_store::testing::S3TestServer;
@@ -241,13 +241,11 @@ fn killed_at_every_step_with_its_checkpoint_on_s3_the_restart_loses_and_duplicat
         .unwrap();
     assert!(o.status.success(), "{}", describe(&o));
     let groups: Value = serde_json::from_slice(&o.stdout).unwrap();
-    let records: u64 = groups
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|g| g["records"].as_u64().unwrap())
-        .sum();
-    assert_eq!(records, reference.quarantine.len() as u64, "{groups}");
+    assert_eq!(
+        common::dlq_records(&groups),
+        reference.quarantine.len() as u64,
+        "{groups}"
+    );
     let local_files: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -362,33 +360,12 @@ fn a_delta_table_on_s3_killed_at_every_step_loses_and_duplicates_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     write_click_counts(dir, &profile("file://chk", ""));
-    let batch_profile = r#"apiVersion: etlantic/v1
-kind: Profile
-name: batch
-mode: batch
-bindings:
-  counts: delta://s3://chk/delta-after_commit-0/counts
-  totals: delta://s3://chk/totals?mode=overwrite
-"#;
-    std::fs::write(dir.join("totals.yaml"), TOTALS_PIPELINE).unwrap();
-    std::fs::write(dir.join("contracts/totals.yaml"), TOTALS).unwrap();
-    std::fs::write(dir.join("profiles/batch.yaml"), batch_profile).unwrap();
-    for _ in 0..2 {
-        let o = Command::new(env!("CARGO_BIN_EXE_etlantic"))
-            .current_dir(dir)
-            .args([
-                "run",
-                "totals.yaml",
-                "--profile",
-                "profiles/batch.yaml",
-                "--format",
-                "json",
-            ])
-            .envs(server.env())
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", describe(&o));
-    }
+    run_totals_twice(
+        dir,
+        "delta://s3://chk/delta-after_commit-0/counts",
+        "delta://s3://chk/totals?mode=overwrite",
+        &server.env(),
+    );
     let location =
         etlantic_core::storage::Location::parse("s3://chk/totals", Path::new("/")).unwrap();
     let batches = tokio::runtime::Runtime::new()

@@ -129,6 +129,35 @@ schema:
         logicalTypeOptions: {format: "i64"}
 "#;
 
+/// Writes [`TOTALS_PIPELINE`] into the click-count project at `dir` with a batch profile
+/// reading `counts` and overwriting `totals` (two bindings), and runs it twice with `env`
+/// (a second run must replace the totals, not add to them).
+#[allow(dead_code)]
+pub fn run_totals_twice(dir: &Path, counts: &str, totals: &str, env: &[(&str, String)]) {
+    let profile = format!(
+        "apiVersion: etlantic/v1\nkind: Profile\nname: batch\nmode: batch\nbindings:\n  counts: {counts}\n  totals: {totals}\n"
+    );
+    std::fs::write(dir.join("totals.yaml"), TOTALS_PIPELINE).unwrap();
+    std::fs::write(dir.join("contracts/totals.yaml"), TOTALS).unwrap();
+    std::fs::write(dir.join("profiles/batch.yaml"), profile).unwrap();
+    for _ in 0..2 {
+        let o = Command::new(env!("CARGO_BIN_EXE_etlantic"))
+            .current_dir(dir)
+            .args([
+                "run",
+                "totals.yaml",
+                "--profile",
+                "profiles/batch.yaml",
+                "--format",
+                "json",
+            ])
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", describe(&o));
+    }
+}
+
 /// Writes the click-count project into `dir`: [`CLICK_COUNTS_PIPELINE`], `profile` as
 /// `profiles/local.yaml`, the contracts and [`input_files`] under `in/`.
 pub fn write_click_counts(dir: &Path, profile: &str) {

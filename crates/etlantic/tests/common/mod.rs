@@ -192,6 +192,17 @@ pub fn jsonl(text: &str) -> Vec<Value> {
 
 /// The diagnostics of a `--format json` rendering.
 #[track_caller]
+/// The records `etlantic dlq list --format json` counted, over all its groups.
+#[allow(dead_code)]
+pub fn dlq_records(groups: &Value) -> u64 {
+    groups
+        .as_array()
+        .expect("dlq list gives an array of groups")
+        .iter()
+        .map(|g| g["records"].as_u64().expect("a group counts its records"))
+        .sum()
+}
+
 pub fn diagnostics(json: &Value) -> Vec<Value> {
     json["diagnostics"]
         .as_array()
