@@ -15,36 +15,14 @@ fn s3_keeps_the_storage_contract_on_whole_objects() {
     server.create_bucket("contract");
     let s = ObjectStorage::open(&url("s3://contract/some/prefix"), &server.options()).unwrap();
     assert!(!s.appends());
-    assert_eq!(s.read("a/x").unwrap(), None);
-    put_bytes(&s, "a/x", b"one").unwrap();
+    // The conditional creates in it are the server's, not ours: real 412s.
+    etlantic_core::storage::testing::whole_files(&s);
     put_bytes(&s, "a/x", b"two").unwrap();
-    assert_eq!(s.read("a/x").unwrap().unwrap(), b"two");
-    assert_eq!(s.size("a/x").unwrap(), Some(3));
-    assert_eq!(s.read_range("a/x", 1, 2).unwrap(), b"wo");
-    assert!(s.read_range("a/x", 2, 5).is_err());
-    // The conditional create is the server's, not ours: a real 412.
     assert!(s.put_if_absent("a/y", b"first").unwrap());
-    assert!(!s.put_if_absent("a/y", b"second").unwrap());
-    assert_eq!(s.read("a/y").unwrap().unwrap(), b"first");
     put_bytes(&s, "a/b/z", b"z").unwrap();
-    assert_eq!(s.list("a").unwrap(), vec!["b/", "x", "y"]);
-    // One listing tells each object's size and ETag, as a HEAD does.
+    // One listing tells each object's ETag, as a HEAD does.
     let files = s.list_files("a").unwrap();
-    assert_eq!(
-        files
-            .iter()
-            .map(|(n, m)| (n.as_str(), m.size))
-            .collect::<Vec<_>>(),
-        vec![("x", 3), ("y", 5)]
-    );
-    for (name, listed) in &files {
-        let headed = s.stat(&format!("a/{name}")).unwrap().unwrap();
-        assert!(
-            listed.version.is_some() && listed.same_as(&headed),
-            "{listed:?} {headed:?}"
-        );
-    }
-    assert_eq!(s.stat("a/none").unwrap(), None);
+    assert!(files.iter().all(|(_, m)| m.version.is_some()), "{files:?}");
     // Same size, other bytes: a new ETag.
     put_bytes(&s, "a/x", b"owt").unwrap();
     assert!(!s.stat("a/x").unwrap().unwrap().same_as(&files[0].1));
