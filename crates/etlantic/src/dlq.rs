@@ -12,7 +12,6 @@ use etlantic_plan::Project;
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 
 /// The quarantine a project's profile names: a file (relative paths resolve against the
 /// project directory) or an object-store prefix.
@@ -214,15 +213,8 @@ pub struct RedriveReport {
     pub run: Option<crate::run::RunReport>,
 }
 
-/// The file beside the quarantine that lists the records already redriven.
-pub fn ledger_file(quarantine: &Path) -> PathBuf {
-    let mut name = quarantine.file_name().unwrap_or_default().to_os_string();
-    name.push(".redriven");
-    quarantine.with_file_name(name)
-}
-
 /// The directory of the quarantine (a file, or an object-store prefix) and the name of
-/// its ledger in it (see [`ledger_file`]).
+/// its ledger in it, `<quarantine name>.redriven`: the records already redriven.
 fn ledger_of(quarantine: &Location) -> (Location, String) {
     let (dir, name) = quarantine.parent_and_name();
     (dir, format!("{name}.redriven"))
@@ -263,7 +255,8 @@ fn refused(message: String) -> etlantic_core::Error {
 /// `<quarantine dir>/redrive/<id>/` (beside the quarantine, on its disk or object store);
 /// the sinks append what passes, and what fails again is
 /// quarantined again (with the redrive file as its position). Nothing is replayed twice:
-/// the records of a finished redrive are listed in [`ledger_file`] and skipped next time,
+/// the records of a finished redrive are listed in the ledger beside the quarantine
+/// (`<quarantine>.redriven`) and skipped next time,
 /// and an interrupted redrive of the same records has the same id and resumes from its
 /// checkpoint, whose exactly-once sinks write nothing twice.
 ///
