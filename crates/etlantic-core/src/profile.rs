@@ -105,6 +105,12 @@ pub struct Profile {
     /// whole query, shared among its operators. Default [`DEFAULT_STATE_MEMORY_LIMIT`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state_memory_limit: Option<ByteSize>,
+    /// How many versions the disk state store may commit as changelogs alone before it
+    /// takes a snapshot (default 100; it snapshots sooner when the changelogs since the
+    /// last snapshot hold half of that snapshot's bytes). Fewer versions: a restart
+    /// replays less; more: fewer snapshot uploads. Spark's `minDeltasForSnapshot`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_snapshot_every: Option<std::num::NonZeroU64>,
     /// The local directory of the disk state store's working copies (relative to the
     /// project root; default [`DEFAULT_STATE_LOCAL_DIR`]). It is a cache: the checkpoint
     /// holds the state, and a query restarted without it restores from there.
@@ -190,6 +196,7 @@ impl Profile {
             state_checkpoint_interval: None,
             state_store: memory_store(),
             state_memory_limit: None,
+            state_snapshot_every: None,
             state_local_dir: None,
             quality_policies: IndexMap::new(),
             secrets: IndexMap::new(),

@@ -118,6 +118,10 @@ pub struct PlanProfile {
     /// What a disk state store may hold in memory for the whole query.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state_memory_limit: Option<etlantic_core::streaming::ByteSize>,
+    /// How many versions the disk state store may commit before a snapshot (see
+    /// `etlantic_core::profile::Profile::state_snapshot_every`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_snapshot_every: Option<std::num::NonZeroU64>,
     /// The local directory of the disk state store's working copies.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state_local_dir: Option<String>,

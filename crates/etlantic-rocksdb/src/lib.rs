@@ -1,34 +1,43 @@
 //! The `disk` state store: an operator's state in RocksDB on the local disk, checkpointed
 //! incrementally (see [`etlantic_runtime::state_store`]).
 //!
-//! RocksDB keeps data in immutable sorted files (SSTs) plus a few small files naming
-//! them (`CURRENT`, `MANIFEST-*`, `OPTIONS-*`). A commit flushes the memtable into a
-//! RocksDB checkpoint (hard links of the live SSTs), copies to the checkpoint only the
-//! SSTs that the version it builds on did not already hold there, and the small files,
-//! then writes the version's manifest — the commit point — naming every file. This is
-//! Spark's RocksDB state store (`RocksDBFileManager`) and Flink's incremental RocksDB
-//! checkpoints. SSTs are stored under a name with a random suffix, so an SST of a version
-//! that was rolled back (its file number reused later) is never mistaken for a new one.
+//! A commit makes a version durable by uploading its **changelog** — the micro-batch's
+//! writes, in order ([`changelog`]) — so what it costs on the critical path follows what
+//! the micro-batch changed, not how much state there is. Every so often a commit also
+//! takes a **snapshot**: RocksDB's files of that version, of which a background thread
+//! copies to the checkpoint only the SSTs the previous snapshot did not hold
+//! ([`snapshot`]). A restore of version `v` loads the newest snapshot at or before `v`
+//! and replays the changelogs after it. This is Spark's RocksDB state store with
+//! changelog checkpointing, and Flink's incremental RocksDB checkpoints for the
+//! snapshots.
+//!
+//! When a snapshot is due ([`SnapshotPolicy`]): once the changelogs since the last one
+//! hold half the last snapshot's bytes (at least 64 MiB), or after 100 versions. That
+//! bounds both what a restore replays (half the state) and what snapshots upload per
+//! micro-batch: a snapshot copies at most the state's bytes and comes at most every
+//! `0.5 × state` bytes of changelog, so on average at most twice the changelog bytes —
+//! whatever the size of the state.
 //!
 //! Layout of a store in the checkpoint:
 //!
 //! ```text
-//! sst/<file number>-<uuid>.sst     immutable, shared by the versions that name them
-//! small/<version>/<name>           CURRENT, MANIFEST-*, OPTIONS-* of a version
-//! versions/<version>.json          the manifest: what the version is made of
+//! changelog/<version>.log          the writes of a version, applied to the one before
+//! snapshot/<version>.json          a snapshot's manifest: its SSTs and small files
+//! sst/<file number>-<uuid>.sst     immutable, shared by the snapshots that name them
+//! small/<version>/<name>           CURRENT, MANIFEST-*, OPTIONS-* of a snapshot
 //! ```
 //!
-//! The working copy keeps the files of its last commit (`commit-<version>/`, hard links
-//! of the SSTs, and the version's manifest): a restart on the same machine restores that
-//! version from them when the checkpoint's manifest of it is the same, and reads the
-//! checkpoint otherwise (another version, another machine, a lost working copy).
-//!
-//! Writes go to the memtable without RocksDB's write-ahead log: the micro-batch log is
-//! the write-ahead log, and a micro-batch that did not commit is run again from the
-//! restored version.
+//! (`versions/<version>.json`, the snapshots of an earlier layout that took one at every
+//! commit, are read as snapshots.) Writes go to the memtable without RocksDB's
+//! write-ahead log: the changelog is the log, and a micro-batch that did not commit is run
+//! again from the restored version.
 
+mod changelog;
+mod snapshot;
+
+use changelog::{changelog_path, ChangelogWriter};
 use etlantic_core::diagnostics::{codes, Error, Result};
-use etlantic_core::storage::{put_bytes, Storage};
+use etlantic_core::storage::Storage;
 use etlantic_runtime::state_store::{
     CommitStats, ScanVisitor, StateStore, StateStoreProvider, StateStoreRegistration, StoreContext,
     StoreWrite, StoreWrites,
@@ -37,9 +46,10 @@ use rocksdb::checkpoint::Checkpoint;
 use rocksdb::{
     BlockBasedOptions, Cache, Options, WriteBatch, WriteBufferManager, WriteOptions, DB,
 };
-use serde::{Deserialize, Serialize};
-use std::collections::{BTreeSet, HashMap};
+use snapshot::{Manifest, Snapshotted, Uploaded};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
 
 /// The `disk` state store provider.
 pub struct DiskStoreProvider;
@@ -56,56 +66,126 @@ impl StateStoreProvider for DiskStoreProvider {
     }
 }
 
-/// One SST of a version: its name in the working copy and in the checkpoint.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-struct StoredFile {
-    local: String,
-    stored: String,
-    size: u64,
+/// When a commit also takes a snapshot: when any bound is reached.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SnapshotPolicy {
+    /// Versions since the last snapshot.
+    pub max_versions: u64,
+    /// Bytes of changelog since the last snapshot, as a share of that snapshot's bytes…
+    pub changelog_share: f64,
+    /// …but never fewer than these (a small state is not snapshotted at every commit).
+    pub min_changelog_bytes: u64,
 }
 
-/// A version's manifest (`versions/<version>.json`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-struct Manifest {
-    version: u64,
-    ssts: Vec<StoredFile>,
-    /// Names of the small files under `small/<version>/`.
-    small: Vec<String>,
+impl Default for SnapshotPolicy {
+    fn default() -> Self {
+        SnapshotPolicy {
+            max_versions: 100,
+            changelog_share: 0.5,
+            min_changelog_bytes: 64 << 20,
+        }
+    }
 }
 
-fn manifest_path(version: u64) -> String {
-    format!("versions/{version}.json")
-}
-
-fn engine(what: &str, e: impl std::fmt::Display) -> Error {
+pub(crate) fn engine(what: &str, e: impl std::fmt::Display) -> Error {
     Error::new(
         &codes::ENGINE_ERROR,
         format!("the disk state store: {what}: {e}"),
     )
 }
 
-fn io(what: &str, at: &Path, e: impl std::fmt::Display) -> Error {
+pub(crate) fn io(what: &str, at: &Path, e: impl std::fmt::Display) -> Error {
     Error::new(
         &codes::IO_ERROR,
         format!("the disk state store: {what} {}: {e}", at.display()),
     )
 }
 
+/// What the store's part of the checkpoint holds.
+#[derive(Default)]
+struct Catalog {
+    /// Snapshots whose manifest is written: version → (manifest path, manifest).
+    snapshots: BTreeMap<u64, (String, Manifest)>,
+    /// Changelogs: version → bytes.
+    changelogs: BTreeMap<u64, u64>,
+}
+
+impl Catalog {
+    fn load(storage: &dyn Storage) -> Result<Self> {
+        let mut catalog = Catalog::default();
+        // The earlier layout's snapshots first: a snapshot of the same version replaces.
+        for dir in ["versions", "snapshot"] {
+            for name in storage.list(dir)? {
+                let Some(version) = name.strip_suffix(".json").and_then(|v| v.parse().ok()) else {
+                    continue;
+                };
+                let path = format!("{dir}/{name}");
+                if let Some(m) = snapshot::read_manifest(storage, &path)? {
+                    catalog.snapshots.insert(version, (path, m));
+                }
+            }
+        }
+        for (name, meta) in storage.list_files("changelog")? {
+            if let Some(version) = changelog::version_of(&name) {
+                catalog.changelogs.insert(version, meta.size);
+            }
+        }
+        Ok(catalog)
+    }
+
+    /// The newest snapshot.
+    fn newest_snapshot(&self) -> Option<&Manifest> {
+        self.snapshots.values().next_back().map(|(_, m)| m)
+    }
+}
+
+/// Versions and changelog bytes since the last snapshot (taken or restored).
+#[derive(Clone, Copy, Debug, Default)]
+struct SinceSnapshot {
+    versions: u64,
+    bytes: u64,
+}
+
 /// An operator's state in RocksDB.
 pub struct DiskStore {
     ctx: StoreContext,
+    policy: SnapshotPolicy,
     db: Option<DB>,
     options: Options,
     /// The block cache, which the memtables are charged to as well.
     cache: Cache,
-    /// The SSTs the checkpoint holds of the version the working copy builds on, by
-    /// (local name, size).
-    uploaded: HashMap<(String, u64), String>,
+    /// The version the working copy builds on: the last committed or restored.
+    base: Option<u64>,
+    /// The changelog of the writes since `base`; `None` after a commit failed half-way,
+    /// until a restore.
+    pending: Option<ChangelogWriter>,
+    catalog: Catalog,
+    since: SinceSnapshot,
+    /// The SSTs the checkpoint holds of the newest snapshot.
+    uploaded: Uploaded,
+    /// The snapshot being uploaded.
+    in_flight: Option<JoinHandle<Result<Snapshotted>>>,
+    /// Files and bytes snapshots finished since the last commit uploaded.
+    snapshotted: (u64, u64),
+    /// Whether the checkpoint was cleared of files no snapshot names since the store
+    /// opened.
+    swept: bool,
 }
 
 impl DiskStore {
-    /// Opens a store on the empty state, in a fresh working copy.
+    /// Opens a store on the empty state, in a fresh working copy, snapshotting by the
+    /// default [`SnapshotPolicy`] (with [`StoreContext::snapshot_every`] for its
+    /// `max_versions` when set).
     pub fn open(ctx: StoreContext) -> Result<Self> {
+        let mut policy = SnapshotPolicy::default();
+        if let Some(every) = ctx.snapshot_every {
+            policy.max_versions = every.max(1);
+        }
+        Self::open_with(ctx, policy)
+    }
+
+    /// Opens a store on the empty state, in a fresh working copy.
+    pub fn open_with(ctx: StoreContext, policy: SnapshotPolicy) -> Result<Self> {
         let limit = ctx.memory_limit_bytes.max(8 << 20);
         // One budget for the block cache and the memtables (charged to the cache).
         let cache = Cache::new_lru_cache(limit);
@@ -121,20 +201,34 @@ impl DiskStore {
         options.set_write_buffer_manager(&buffers);
         options.set_write_buffer_size((limit / 4).min(64 << 20));
         options.set_compression_type(rocksdb::DBCompressionType::Lz4);
+        let catalog = Catalog::load(ctx.checkpoint.as_ref())?;
         let mut store = DiskStore {
             ctx,
+            policy,
             db: None,
             options,
             cache,
-            uploaded: HashMap::new(),
+            base: None,
+            pending: None,
+            catalog,
+            since: SinceSnapshot::default(),
+            uploaded: Uploaded::new(),
+            in_flight: None,
+            snapshotted: (0, 0),
+            swept: false,
         };
         store.reset_working_copy()?;
         store.db = Some(store.open_db()?);
+        store.pending = Some(ChangelogWriter::create(&store.pending_path(), None)?);
         Ok(store)
     }
 
     fn db_dir(&self) -> PathBuf {
         self.ctx.local_dir.join("db")
+    }
+
+    fn pending_path(&self) -> PathBuf {
+        self.ctx.local_dir.join("changelog.pending")
     }
 
     fn open_db(&self) -> Result<DB> {
@@ -151,9 +245,11 @@ impl DiskStore {
         self.db.as_ref().expect("open between calls")
     }
 
-    /// Closes the database and empties the working copy.
+    /// Closes the database and empties the working copy (its last snapshot's local copy
+    /// stays).
     fn reset_working_copy(&mut self) -> Result<()> {
         self.db = None;
+        self.pending = None;
         let dir = self.db_dir();
         if dir.exists() {
             std::fs::remove_dir_all(&dir).map_err(|e| io("clear", &dir, e))?;
@@ -165,127 +261,237 @@ impl DiskStore {
         self.ctx.checkpoint.as_ref()
     }
 
-    fn manifest(&self, version: u64) -> Result<Manifest> {
-        let path = manifest_path(version);
-        let bytes = self.storage().read(&path)?.ok_or_else(|| {
-            Error::new(
-                &codes::CHECKPOINT_CORRUPT,
-                format!(
-                    "the state of operator `{}` has no version {version} ({})",
-                    self.ctx.operator,
-                    self.storage().display(&path)
-                ),
-            )
-        })?;
-        serde_json::from_slice(&bytes).map_err(|e| {
-            Error::new(
-                &codes::CHECKPOINT_CORRUPT,
-                format!("{}: {e}", self.storage().display(&path)),
-            )
-        })
+    fn needs_restore(&self) -> Error {
+        Error::new(
+            &codes::ENGINE_ERROR,
+            format!(
+                "the disk state store of operator `{}` failed to commit and must be restored first",
+                self.ctx.operator
+            ),
+        )
     }
-}
 
-/// The local copy of the last commit (`<working copy>/commit-<version>/`, with the
-/// version's manifest as `manifest.json`).
-const LOCAL_MANIFEST: &str = "manifest.json";
+    /// Takes in a snapshot that finished uploading (`wait`: waits for one in flight).
+    fn take_finished_snapshot(&mut self, wait: bool) -> Result<()> {
+        let finished = self.in_flight.as_ref().is_some_and(|h| h.is_finished());
+        if !(finished || wait) {
+            return Ok(());
+        }
+        let Some(handle) = self.in_flight.take() else {
+            return Ok(());
+        };
+        let done = handle
+            .join()
+            .map_err(|_| engine("snapshot", "the upload thread panicked"))?
+            .inspect_err(|_| {
+                // The next commit tries again.
+                self.since.versions = self.since.versions.max(self.policy.max_versions);
+            })?;
+        let version = done.manifest.version;
+        self.uploaded = done.uploaded;
+        self.snapshotted.0 += done.files_copied;
+        self.snapshotted.1 += done.bytes_copied;
+        self.catalog
+            .snapshots
+            .insert(version, (snapshot::manifest_path(version), done.manifest));
+        Ok(())
+    }
 
-impl DiskStore {
-    /// Keeps the files of the commit just made (`staged`, hard links of the SSTs) as the
-    /// local copy of its version, in place of the previous one, so that a restart on this
-    /// machine restores it without reading the checkpoint. Written after the commit
-    /// point, with the manifest the checkpoint holds: a restore uses it only when that
-    /// manifest is still the checkpoint's.
-    fn keep_local_commit(&self, staged: &Path, manifest: &[u8]) -> Result<()> {
-        let at = staged.join(LOCAL_MANIFEST);
-        std::fs::write(&at, manifest).map_err(|e| io("write", &at, e))?;
-        let dir = &self.ctx.local_dir;
-        let entries = std::fs::read_dir(dir).map_err(|e| io("list", dir, e))?;
-        for entry in entries {
-            let entry = entry.map_err(|e| io("list", dir, e))?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name.starts_with("commit-") && entry.path() != staged {
-                std::fs::remove_dir_all(entry.path()).map_err(|e| io("clear", &entry.path(), e))?;
+    fn snapshot_due(&self) -> bool {
+        let state = self.catalog.newest_snapshot().map_or(0, Manifest::bytes);
+        let bytes = ((state as f64 * self.policy.changelog_share) as u64)
+            .max(self.policy.min_changelog_bytes);
+        self.since.versions >= self.policy.max_versions || self.since.bytes >= bytes
+    }
+
+    /// Stages the files of `version` (RocksDB flushes its memtable and hard-links the
+    /// live files) and uploads them on a background thread.
+    fn start_snapshot(&mut self, version: u64) -> Result<()> {
+        let staged = snapshot::local_dir(&self.ctx.local_dir, version);
+        if staged.exists() {
+            std::fs::remove_dir_all(&staged).map_err(|e| io("clear", &staged, e))?;
+        }
+        Checkpoint::new(self.db())
+            .and_then(|c| c.create_checkpoint(&staged))
+            .map_err(|e| engine("snapshot", e))?;
+        let (storage, uploaded) = (self.ctx.checkpoint.clone(), self.uploaded.clone());
+        let handle = std::thread::Builder::new()
+            .name("state-snapshot".into())
+            .spawn(move || snapshot::upload(storage, staged, version, uploaded))
+            .map_err(|e| engine("snapshot", e))?;
+        self.in_flight = Some(handle);
+        self.since = SinceSnapshot::default();
+        Ok(())
+    }
+
+    /// Deletes what the checkpoint holds of versions from `version` on (snapshots) and
+    /// after it (changelogs): a commit of `version` on an older one replaces a run that
+    /// was rolled back, and no restore may mix the two.
+    fn drop_versions_from(&mut self, version: u64) -> Result<()> {
+        let snapshots: Vec<u64> = self
+            .catalog
+            .snapshots
+            .range(version..)
+            .map(|(v, _)| *v)
+            .collect();
+        let changelogs: Vec<u64> = self
+            .catalog
+            .changelogs
+            .range(version + 1..)
+            .map(|(v, _)| *v)
+            .collect();
+        if snapshots.is_empty() && changelogs.is_empty() {
+            return Ok(());
+        }
+        let mut doomed: Vec<String> = changelogs.iter().map(|v| changelog_path(*v)).collect();
+        // The SSTs stay for the sweep: older snapshots may share them.
+        for v in &snapshots {
+            let (path, m) = &self.catalog.snapshots[v];
+            doomed.push(path.clone());
+            doomed.extend(
+                m.small
+                    .iter()
+                    .map(|n| format!("{}/{n}", snapshot::small_dir(*v))),
+            );
+        }
+        self.storage().delete_all(&doomed)?;
+        for v in snapshots {
+            self.catalog.snapshots.remove(&v);
+        }
+        for v in changelogs {
+            self.catalog.changelogs.remove(&v);
+        }
+        self.swept = false;
+        Ok(())
+    }
+
+    /// Deletes the SSTs no snapshot names and the small files of snapshots without a
+    /// manifest: what uploads cut short and rolled-back snapshots left. Only while no
+    /// upload runs (its files are not named yet).
+    fn sweep(&mut self) -> Result<()> {
+        if self.swept || self.in_flight.is_some() {
+            return Ok(());
+        }
+        let named: BTreeSet<&str> = self
+            .catalog
+            .snapshots
+            .values()
+            .flat_map(|(_, m)| m.ssts.iter().map(|f| f.stored.as_str()))
+            .collect();
+        let mut doomed: Vec<String> = self
+            .storage()
+            .list("sst")?
+            .into_iter()
+            .map(|n| format!("sst/{n}"))
+            .filter(|p| !named.contains(p.as_str()))
+            .collect();
+        for dir in self.storage().list("small")? {
+            let Some(version) = dir.strip_suffix('/').and_then(|v| v.parse::<u64>().ok()) else {
+                continue;
+            };
+            if !self.catalog.snapshots.contains_key(&version) {
+                let dir = snapshot::small_dir(version);
+                doomed.extend(
+                    self.storage()
+                        .list(&dir)?
+                        .into_iter()
+                        .map(|n| format!("{dir}/{n}")),
+                );
             }
         }
+        self.storage().delete_all(&doomed)?;
+        self.swept = true;
         Ok(())
     }
 
     /// Replaces the working copy with `version` (see [`StateStore::restore`]).
     fn restore_version(&mut self, version: Option<u64>) -> Result<()> {
-        let manifest = version.map(|v| self.manifest(v)).transpose()?;
         self.reset_working_copy()?;
         self.uploaded.clear();
-        if let Some(m) = &manifest {
-            if self.restore_local_commit(m)? {
-                self.db = Some(self.open_db()?);
-                return Ok(());
+        self.since = SinceSnapshot::default();
+        self.base = None;
+        // What another run may have changed since this store opened.
+        self.catalog = Catalog::load(self.storage())?;
+        self.swept = false;
+        let mut chain = Vec::new();
+        let mut snapshot = None;
+        let mut at = version;
+        while let Some(v) = at {
+            if let Some((_, m)) = self.catalog.snapshots.get(&v) {
+                snapshot = Some(m.clone());
+                break;
             }
-        }
-        if let Some(m) = manifest {
-            let dir = self.db_dir();
-            let fetch = |stored: &str, local: &str| -> Result<()> {
-                let bytes = self.storage().read(stored)?.ok_or_else(|| {
-                    Error::new(
+            match changelog::base_of(self.storage(), v)? {
+                Some(base) => {
+                    chain.push(v);
+                    at = base;
+                }
+                None => {
+                    let what = match v == version.expect("a version") {
+                        true => format!("has no version {v}"),
+                        false => format!(
+                            "cannot rebuild version {}: it builds on version {v}, which the checkpoint no longer holds",
+                            version.expect("a version")
+                        ),
+                    };
+                    return Err(Error::new(
                         &codes::CHECKPOINT_CORRUPT,
                         format!(
-                            "version {} of operator `{}` names {}, which is missing",
-                            m.version,
+                            "the state of operator `{}` {what} ({})",
                             self.ctx.operator,
-                            self.storage().display(stored)
+                            self.storage().display(&changelog_path(v))
                         ),
-                    )
-                })?;
-                let at = dir.join(local);
-                std::fs::write(&at, bytes).map_err(|e| io("write", &at, e))
-            };
-            for f in &m.ssts {
-                fetch(&f.stored, &f.local)?;
+                    ));
+                }
             }
-            for name in &m.small {
-                fetch(&format!("small/{}/{name}", m.version), name)?;
-            }
-            self.uploaded = m
-                .ssts
-                .into_iter()
-                .map(|f| ((f.local, f.size), f.stored))
-                .collect();
+        }
+        if let Some(m) = &snapshot {
+            self.uploaded = snapshot::restore(
+                self.storage(),
+                &self.ctx.local_dir,
+                &self.db_dir(),
+                m,
+                &self.ctx.operator,
+            )?;
         }
         self.db = Some(self.open_db()?);
+        for v in chain.into_iter().rev() {
+            changelog::replay(self.storage(), v, self.db())?;
+            self.since.versions += 1;
+            self.since.bytes += self.catalog.changelogs.get(&v).copied().unwrap_or(0);
+        }
+        self.base = version;
+        self.pending = Some(ChangelogWriter::create(&self.pending_path(), version)?);
         Ok(())
     }
 
-    /// Restores `m` from the local copy of its commit, if there is one with the same
-    /// manifest and every file it names; returns whether it did. SSTs are immutable and
-    /// hard-linked; the small files, which RocksDB may rewrite, are copied.
-    fn restore_local_commit(&mut self, m: &Manifest) -> Result<bool> {
-        let local = self.ctx.local_dir.join(format!("commit-{}", m.version));
-        let same = std::fs::read(local.join(LOCAL_MANIFEST))
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Manifest>(&b).ok())
-            .is_some_and(|kept| kept == *m);
-        let complete =
-            same && m.ssts.iter().all(|f| {
-                std::fs::metadata(local.join(&f.local)).is_ok_and(|md| md.len() == f.size)
-            }) && m.small.iter().all(|n| local.join(n).is_file());
-        if !complete {
-            return Ok(false);
+    /// The files and bytes version `version` restores from: the newest snapshot and the
+    /// changelogs after it.
+    fn restored_from(&self, version: u64) -> (u64, u64) {
+        let snapshot = self.catalog.snapshots.range(..=version).next_back();
+        let (mut files, mut bytes, after) = match snapshot {
+            Some((v, (_, m))) => (m.ssts.len() + m.small.len(), m.bytes(), v + 1),
+            None => (0, 0, 0),
+        };
+        for size in self
+            .catalog
+            .changelogs
+            .range(after..=version)
+            .map(|(_, s)| *s)
+        {
+            files += 1;
+            bytes += size;
         }
-        let dir = self.db_dir();
-        for f in &m.ssts {
-            let (from, to) = (local.join(&f.local), dir.join(&f.local));
-            std::fs::hard_link(&from, &to).map_err(|e| io("link", &to, e))?;
+        (files as u64, bytes)
+    }
+}
+
+impl Drop for DiskStore {
+    fn drop(&mut self) {
+        // An upload left running would write to the checkpoint after the store is gone.
+        if let Some(handle) = self.in_flight.take() {
+            let _ = handle.join();
         }
-        for name in &m.small {
-            let (from, to) = (local.join(name), dir.join(name));
-            std::fs::copy(&from, &to).map_err(|e| io("copy", &to, e))?;
-        }
-        self.uploaded = m
-            .ssts
-            .iter()
-            .map(|f| ((f.local.clone(), f.size), f.stored.clone()))
-            .collect();
-        Ok(true)
     }
 }
 
@@ -315,8 +521,12 @@ impl StateStore for DiskStore {
     }
 
     fn write(&mut self, writes: StoreWrites) -> Result<()> {
+        let Some(log) = self.pending.as_mut() else {
+            return Err(self.needs_restore());
+        };
         let mut batch = WriteBatch::default();
         for w in writes.0 {
+            log.record(&w)?;
             match w {
                 StoreWrite::Put(k, v) => batch.put(k, v),
                 StoreWrite::Delete(k) => batch.delete(k),
@@ -349,120 +559,121 @@ impl StateStore for DiskStore {
     }
 
     fn commit(&mut self, version: u64) -> Result<CommitStats> {
-        let staged = self.ctx.local_dir.join(format!("commit-{version}"));
-        if staged.exists() {
-            std::fs::remove_dir_all(&staged).map_err(|e| io("clear", &staged, e))?;
+        self.take_finished_snapshot(false)?;
+        let log = self.pending.take().ok_or_else(|| self.needs_restore())?;
+        self.drop_versions_from(version)?;
+        let (file, size) = log.finish(version)?;
+        // The commit point: the changelog is durable when `put` returns.
+        self.storage().put(&changelog_path(version), &mut |out| {
+            let mut from = std::fs::File::open(&file).map_err(|e| io("read", &file, e))?;
+            std::io::copy(&mut from, out).map_err(|e| io("copy", &file, e))?;
+            Ok(())
+        })?;
+        self.catalog.changelogs.insert(version, size);
+        self.base = Some(version);
+        self.since.versions += 1;
+        self.since.bytes += size;
+        self.pending = Some(ChangelogWriter::create(&file, Some(version))?);
+        if self.in_flight.is_none() && self.snapshot_due() {
+            self.start_snapshot(version)?;
         }
-        // Flushes the memtable, then hard-links the live SSTs.
-        Checkpoint::new(self.db())
-            .and_then(|c| c.create_checkpoint(&staged))
-            .map_err(|e| engine("checkpoint", e))?;
-        let mut names: Vec<String> = std::fs::read_dir(&staged)
-            .map_err(|e| io("list", &staged, e))?
-            .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
-            .collect::<std::io::Result<_>>()
-            .map_err(|e| io("list", &staged, e))?;
-        names.sort();
-        let mut stats = CommitStats::default();
-        let mut manifest = Manifest {
-            version,
-            ssts: Vec::new(),
-            small: Vec::new(),
-        };
-        let mut uploaded = HashMap::new();
-        // A run that crashed after committing this version's files but before the
-        // micro-batch commit may have left other small files of it.
-        let small_dir = format!("small/{version}");
-        let stale: Vec<String> = self
-            .storage()
-            .list(&small_dir)?
-            .into_iter()
-            .map(|n| format!("{small_dir}/{n}"))
-            .collect();
-        self.storage().delete_all(&stale)?;
-        for name in names {
-            let path = staged.join(&name);
-            let size = std::fs::metadata(&path)
-                .map_err(|e| io("stat", &path, e))?
-                .len();
-            stats.files_total += 1;
-            stats.bytes_total += size;
-            let read = || std::fs::read(&path).map_err(|e| io("read", &path, e));
-            if let Some(stem) = name.strip_suffix(".sst") {
-                let key = (name.clone(), size);
-                let stored = match self.uploaded.get(&key) {
-                    Some(stored) => stored.clone(),
-                    None => {
-                        let stored = format!("sst/{stem}-{}.sst", uuid::Uuid::new_v4().simple());
-                        put_bytes(self.storage(), &stored, &read()?)?;
-                        stats.files_uploaded += 1;
-                        stats.bytes_uploaded += size;
-                        stored
-                    }
-                };
-                uploaded.insert(key, stored.clone());
-                manifest.ssts.push(StoredFile {
-                    local: name,
-                    stored,
-                    size,
-                });
-            } else {
-                put_bytes(self.storage(), &format!("small/{version}/{name}"), &read()?)?;
-                stats.files_uploaded += 1;
-                stats.bytes_uploaded += size;
-                manifest.small.push(name);
-            }
-        }
-        let bytes = serde_json::to_vec(&manifest).map_err(|e| engine("manifest", e))?;
-        // The commit point: every file it names is durable already.
-        put_bytes(self.storage(), &manifest_path(version), &bytes)?;
-        self.uploaded = uploaded;
-        self.keep_local_commit(&staged, &bytes)?;
-        Ok(stats)
+        let (files_total, bytes_total) = self.restored_from(version);
+        let (snapshot_files, snapshot_bytes) = std::mem::take(&mut self.snapshotted);
+        Ok(CommitStats {
+            files_uploaded: 1,
+            bytes_uploaded: size,
+            files_total,
+            bytes_total,
+            snapshot_files_uploaded: snapshot_files,
+            snapshot_bytes_uploaded: snapshot_bytes,
+        })
     }
 
     fn restore(&mut self, version: Option<u64>) -> Result<()> {
+        // Whatever became of the upload in flight, the restore reads the checkpoint as it
+        // is now (a failed upload left only files the sweep deletes).
+        let _ = self.take_finished_snapshot(true);
         let restored = self.restore_version(version);
         if restored.is_err() {
             // A failed restore leaves the empty state, never a half-written one.
             self.reset_working_copy()?;
             self.uploaded.clear();
+            self.base = None;
             self.db = Some(self.open_db()?);
+            self.pending = Some(ChangelogWriter::create(&self.pending_path(), None)?);
         }
         restored
     }
+
     fn retain(&mut self, oldest: u64) -> Result<()> {
-        let versions = self.versions()?;
-        let mut referenced = BTreeSet::new();
-        for &v in versions.iter().filter(|v| **v >= oldest) {
-            referenced.extend(self.manifest(v)?.ssts.into_iter().map(|f| f.stored));
-        }
-        let mut doomed = Vec::new();
-        for &v in versions.iter().filter(|v| **v < oldest) {
-            let m = self.manifest(v)?;
-            doomed.extend(m.small.iter().map(|n| format!("small/{v}/{n}")));
-            doomed.push(manifest_path(v));
-        }
-        // SSTs no retained version names, among them those of commits that crashed
-        // before their manifest.
-        for name in self.storage().list("sst")? {
-            let path = format!("sst/{name}");
-            if !referenced.contains(&path) {
-                doomed.push(path);
+        self.take_finished_snapshot(false)?;
+        // The newest snapshot at or before `oldest`: versions from it on restore from it.
+        if let Some(kept) = self
+            .catalog
+            .snapshots
+            .range(..=oldest)
+            .next_back()
+            .map(|(v, _)| *v)
+        {
+            let older: Vec<u64> = self
+                .catalog
+                .snapshots
+                .range(..kept)
+                .map(|(v, _)| *v)
+                .collect();
+            let changelogs: Vec<u64> = self
+                .catalog
+                .changelogs
+                .range(..=kept)
+                .map(|(v, _)| *v)
+                .collect();
+            if !older.is_empty() || !changelogs.is_empty() {
+                let named: BTreeSet<&str> = self
+                    .catalog
+                    .snapshots
+                    .range(kept..)
+                    .flat_map(|(_, (_, m))| m.ssts.iter().map(|f| f.stored.as_str()))
+                    .collect();
+                let mut doomed: Vec<String> =
+                    changelogs.iter().map(|v| changelog_path(*v)).collect();
+                for v in &older {
+                    let (path, m) = &self.catalog.snapshots[v];
+                    doomed.push(path.clone());
+                    doomed.extend(
+                        m.small
+                            .iter()
+                            .map(|n| format!("{}/{n}", snapshot::small_dir(*v))),
+                    );
+                    doomed.extend(
+                        m.ssts
+                            .iter()
+                            .filter(|f| !named.contains(f.stored.as_str()))
+                            .map(|f| f.stored.clone()),
+                    );
+                }
+                doomed.sort();
+                doomed.dedup();
+                self.storage().delete_all(&doomed)?;
+                for v in older {
+                    self.catalog.snapshots.remove(&v);
+                }
+                for v in changelogs {
+                    self.catalog.changelogs.remove(&v);
+                }
             }
         }
-        self.storage().delete_all(&doomed)
+        self.sweep()
     }
 
     fn versions(&self) -> Result<Vec<u64>> {
-        let mut out: Vec<u64> = self
-            .storage()
-            .list("versions")?
-            .iter()
-            .filter_map(|n| n.strip_suffix(".json")?.parse().ok())
+        let versions: BTreeSet<u64> = self
+            .catalog
+            .snapshots
+            .keys()
+            .chain(self.catalog.changelogs.keys())
+            .copied()
             .collect();
-        out.sort_unstable();
-        Ok(out)
+        Ok(versions.into_iter().collect())
     }
 }
 

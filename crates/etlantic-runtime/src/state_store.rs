@@ -5,9 +5,10 @@
 //! A store has a *working copy* (a local directory: a cache, which losing loses nothing)
 //! and its place in the checkpoint (a [`Storage`]). Each micro-batch's writes become
 //! version `N + 1` at [`StateStore::commit`], which copies to the checkpoint only what
-//! earlier versions did not already hold there (for an LSM store: its new immutable
-//! files) and names the version's files in a manifest written last. Restoring a version
-//! on a fresh machine reads that manifest and the files it names.
+//! earlier versions did not already hold there: the `disk` store uploads the
+//! micro-batch's changelog, and from time to time, off the critical path, a snapshot of
+//! which only the files new since the last snapshot are copied. Restoring a version on
+//! a fresh machine reads the newest snapshot before it and replays the changelogs after.
 //!
 //! Stores are linked by registering a [`StateStoreProvider`] with [`inventory`] (see
 //! [`StateStoreRegistration`]); the profile's `state_store` names one.
@@ -57,17 +58,24 @@ impl StoreWrites {
 /// Visits one key and its value of a [`StateStore::scan`]; returns whether to go on.
 pub type ScanVisitor<'a> = dyn FnMut(&[u8], &[u8]) -> Result<bool> + 'a;
 
-/// What a commit wrote to the checkpoint.
+/// What a commit wrote to the checkpoint, and what the version it made is restored from.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CommitStats {
-    /// Files copied to the checkpoint (new since the versions it already holds).
+    /// Files the commit copied to the checkpoint (new since the versions it already
+    /// holds).
     pub files_uploaded: u64,
     /// Their bytes.
     pub bytes_uploaded: u64,
-    /// Files of the version in all (new and already there).
+    /// Files a restore of the version reads (new and already there).
     pub files_total: u64,
     /// Their bytes.
     pub bytes_total: u64,
+    /// Files that snapshots taken off the critical path copied to the checkpoint and
+    /// finished since the previous commit (a store reports work of its background
+    /// threads with the next commit).
+    pub snapshot_files_uploaded: u64,
+    /// Their bytes.
+    pub snapshot_bytes_uploaded: u64,
 }
 
 /// Where a store keeps its working copy and its checkpoint, and how much memory it may
@@ -83,6 +91,9 @@ pub struct StoreContext {
     pub checkpoint: Arc<dyn Storage>,
     /// What the store may hold in memory (caches and write buffers), in bytes.
     pub memory_limit_bytes: usize,
+    /// How many versions a store that takes snapshots may commit between two (the
+    /// profile's `state_snapshot_every`); `None`: the store's default.
+    pub snapshot_every: Option<u64>,
 }
 
 /// A versioned key-value store holding one operator's state.
@@ -101,7 +112,7 @@ pub struct StoreContext {
 ///   machine). `restore(None)` gives the empty state.
 /// - **Incremental**: a commit copies to the checkpoint only what no retained version
 ///   already holds there; [`StateStore::retain`] deletes from the checkpoint only what
-///   no retained version names.
+///   no retained version needs (it may keep older versions that retained ones build on).
 /// - **Bounded memory**: what the store holds in memory stays within
 ///   [`StoreContext::memory_limit_bytes`] (data beyond it lives on the working copy's
 ///   disk).

@@ -139,8 +139,9 @@ fn child(setup: &Setup<'_>) {
         .into_result()
         .expect("the query plans");
     // Per micro-batch with input: commitOffsets ms, bytes written, state rows, bytes
-    // the state stores copied to the checkpoint.
-    let batches = Arc::new(Mutex::new(Vec::<(f64, u64, u64, u64)>::new()));
+    // the state stores' commits copied to the checkpoint, bytes their background
+    // snapshots copied.
+    let batches = Arc::new(Mutex::new(Vec::<(f64, u64, u64, u64, u64)>::new()));
     let seen = batches.clone();
     let last_wchar = Arc::new(AtomicU64::new(proc_figure("io", "wchar:")));
     let mut opts = StreamingOptions::new(dir.path(), dir.path().join("chk"));
@@ -158,18 +159,20 @@ fn child(setup: &Setup<'_>) {
             let commit = p.duration_ms.get("commitOffsets").copied().unwrap_or(0) as f64
                 + store_commit.max(0) as f64;
             let state: u64 = p.state_operators.iter().map(|o| o.num_rows_total).sum();
-            let copied: i64 = p
-                .state_operators
-                .iter()
-                .filter_map(|o| o.custom_metrics.get("stateStoreBytesCopied"))
-                .sum();
+            let metric = |name: &str| -> u64 {
+                let sum: i64 = p
+                    .state_operators
+                    .iter()
+                    .filter_map(|o| o.custom_metrics.get(name))
+                    .sum();
+                sum.max(0) as u64
+            };
+            let copied = metric("stateStoreBytesCopied");
+            let snapshots = metric("stateStoreSnapshotBytesCopied");
             if p.num_input_rows > 0 {
-                seen.lock().expect("not poisoned").push((
-                    commit,
-                    wrote,
-                    state,
-                    copied.max(0) as u64,
-                ));
+                seen.lock()
+                    .expect("not poisoned")
+                    .push((commit, wrote, state, copied, snapshots));
             }
         },
     ));
@@ -222,9 +225,12 @@ fn child(setup: &Setup<'_>) {
             "commit_ms_last": last.0,
             "written_mb_mean": b.iter().map(|x| x.1 as f64).sum::<f64>() / n / 1e6,
             "written_mb_last": last.1 as f64 / 1e6,
-            // The memory store's state write is all the process writes.
-            "checkpoint_mb_mean": b.iter().map(|x| if setup.store == "memory" { x.1 } else { x.3 } as f64).sum::<f64>() / n / 1e6,
-            "checkpoint_mb_last": if setup.store == "memory" { last.1 } else { last.3 } as f64 / 1e6,
+            // The memory store's state write is all the process writes; the disk
+            // store's, its changelogs and snapshots.
+            "checkpoint_mb_mean": b.iter().map(|x| if setup.store == "memory" { x.1 } else { x.3 + x.4 } as f64).sum::<f64>() / n / 1e6,
+            "checkpoint_mb_last": if setup.store == "memory" { last.1 } else { last.3 + last.4 } as f64 / 1e6,
+            "commit_mb_mean": b.iter().map(|x| if setup.store == "memory" { x.1 } else { x.3 } as f64).sum::<f64>() / n / 1e6,
+            "commit_mb_max": b.iter().map(|x| if setup.store == "memory" { x.1 } else { x.3 }).max().unwrap_or(0) as f64 / 1e6,
             "restart_s": restart,
         })
     );
@@ -268,7 +274,7 @@ fn main() {
     };
     let exe = std::env::current_exe().expect("this program");
     let mut table = format!(
-        "Nexmark events, {per_batch} per micro-batch, no watermark (the state only grows); one process per row; the disk store with `state_memory_limit: {memory_limit}`. *state write ms*: per micro-batch `commitOffsets` (the wait for the state write, then the commit) plus, for the disk store, its commit (`stateStoreCommitMs`: flush, checkpoint, copy of the new files), mean over the run and the last micro-batch; *checkpoint MB*: what the state write added to the checkpoint per micro-batch (memory store: all the process wrote; disk store: the SSTs and files its commits copied), mean and last; *MB written*: all bytes the process wrote per micro-batch (for the disk store also RocksDB's local flushes and compactions); *restart s*: a new query restoring the final state from the checkpoint, without a local working copy.\n\n| query | store | events | state rows | events/s/core | peak RSS MB | state write ms (mean / last) | checkpoint MB (mean / last) | MB written (mean / last) | restart s |\n|---|---|---|---|---|---|---|---|---|---|\n"
+        "Nexmark events, {per_batch} per micro-batch, no watermark (the state only grows); one process per row; the disk store with `state_memory_limit: {memory_limit}`. *state write ms*: per micro-batch `commitOffsets` (the wait for the state write, then the commit) plus, for the disk store, its commit (`stateStoreCommitMs`: the changelog's upload, and when one is due the start of a snapshot: flush and hard links), mean over the run and the last micro-batch; *commit MB*: what the commit itself copied to the checkpoint per micro-batch, on the critical path (memory store: all the process wrote; disk store: the changelog), mean and largest; *checkpoint MB*: that plus what background snapshots copied (the disk store's SSTs and small files, counted with the commit after they finished), mean and last; *MB written*: all bytes the process wrote per micro-batch (for the disk store also RocksDB's local flushes and compactions); *restart s*: a new query restoring the final state from the checkpoint, without a local working copy.\n\n| query | store | events | state rows | events/s/core | peak RSS MB | state write ms (mean / last) | commit MB (mean / max) | checkpoint MB (mean / last) | MB written (mean / last) | restart s |\n|---|---|---|---|---|---|---|---|---|---|---|\n"
     );
     for q in &queries {
         for store in &stores {
@@ -285,7 +291,7 @@ fn main() {
                     let stderr = String::from_utf8_lossy(&out.stderr);
                     let why = stderr.lines().last().unwrap_or("").replace('|', "/");
                     let row = format!(
-                        "| {q} | {store} | {n} | failed ({}): {why} |||||||\n",
+                        "| {q} | {store} | {n} | failed ({}): {why} ||||||||\n",
                         out.status
                     );
                     eprint!("{stderr}");
@@ -302,17 +308,19 @@ fn main() {
                 let f = |k: &str| m[k].as_f64().unwrap_or(f64::NAN);
                 let row = match m.get("refused") {
                 Some(code) => format!(
-                    "| {q} | {store} | {n} | refused at start ({}): {} |||||||\n",
+                    "| {q} | {store} | {n} | refused at start ({}): {} ||||||||\n",
                     code.as_str().unwrap_or("?"),
                     m["why"].as_str().unwrap_or("").replace('|', "/")
                 ),
                 None => format!(
-                    "| {q} | {store} | {n} | {} | {:.0} | {:.0} | {:.1} / {:.1} | {:.1} / {:.1} | {:.1} / {:.1} | {:.2} |\n",
+                    "| {q} | {store} | {n} | {} | {:.0} | {:.0} | {:.1} / {:.1} | {:.1} / {:.1} | {:.1} / {:.1} | {:.1} / {:.1} | {:.2} |\n",
                     m["state_rows"],
                     f("events_per_cpu_s"),
                     f("peak_rss_mb"),
                     f("commit_ms_mean"),
                     f("commit_ms_last"),
+                    f("commit_mb_mean"),
+                    f("commit_mb_max"),
                     f("checkpoint_mb_mean"),
                     f("checkpoint_mb_last"),
                     f("written_mb_mean"),

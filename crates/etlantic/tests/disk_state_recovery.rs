@@ -58,6 +58,7 @@ trigger: available_now
 checkpoint: file://chk
 state_store: {store}
 state_memory_limit: 32 MB
+state_snapshot_every: 2
 bindings:
   clicks: file://in?format=jsonl
   unique: file://out/unique/?format=jsonl
@@ -179,14 +180,14 @@ fn store_versions(dir: &Path) -> Vec<u64> {
             .starts_with("first_clicks."),
         "{operators:?}"
     );
-    let at = operators[0].join("versions");
+    let at = operators[0].join("changelog");
     let mut v: Vec<u64> = match std::fs::read_dir(at) {
         Ok(d) => d
             .filter_map(|e| {
                 e.unwrap()
                     .file_name()
                     .to_string_lossy()
-                    .strip_suffix(".json")?
+                    .strip_suffix(".log")?
                     .parse()
                     .ok()
             })

@@ -119,8 +119,8 @@ impl Counts {
     }
 }
 
-/// The profile of a run with everything on S3 under `s3://chk/<name>`.
-fn all_on_s3(name: &str, counts: Counts) -> String {
+/// The profile of a run with everything on S3 under `s3://chk/<name>`, and `extra`.
+fn all_on_s3(name: &str, counts: Counts, extra: &str) -> String {
     profile_to(
         &At {
             clicks: &format!("s3://chk/{name}/in/"),
@@ -128,7 +128,7 @@ fn all_on_s3(name: &str, counts: Counts) -> String {
             quarantine: &format!("s3://chk/{name}/quarantine.jsonl"),
             checkpoint: &format!("s3://chk/{name}/checkpoint"),
         },
-        "",
+        extra,
     )
 }
 
@@ -221,7 +221,7 @@ fn killed_at_every_step_with_its_checkpoint_on_s3_the_restart_loses_and_duplicat
     // all on S3.
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    write_click_counts(dir, &all_on_s3("uninterrupted", Counts::Files));
+    write_click_counts(dir, &all_on_s3("uninterrupted", Counts::Files, ""));
     std::fs::remove_dir_all(dir.join("in")).unwrap();
     upload_clicks(&server, "uninterrupted");
     run_ok(&server, dir);
@@ -285,7 +285,7 @@ fn killed_at_every_step_with_its_checkpoint_on_s3_the_restart_loses_and_duplicat
         "a record per micro-batch"
     );
 
-    kill_at_every_step(&server, Counts::Files, &reference);
+    kill_at_every_step(&server, Counts::Files, &reference, None);
 }
 
 /// The reference of the click counts: an uninterrupted run on the local disk.
@@ -306,18 +306,29 @@ fn local_reference(server: &S3TestServer) -> Finished {
     reference
 }
 
-/// Runs the click counts with everything on S3, killed at every step of the batch
-/// protocol at several batches and restarted: each ends as `reference`.
-fn kill_at_every_step(server: &S3TestServer, counts: Counts, reference: &Finished) {
+/// How a run keeps its state: the memory store, or the disk store (whose working copy
+/// each restart loses: it restores from S3 alone).
+const DISK_STATE: &str = "state_store: disk\nstate_memory_limit: 32 MB\nstate_snapshot_every: 2\n";
+
+/// Runs the click counts with everything on S3 (and the profile's `state`, else the
+/// memory store), killed at every step of the batch protocol at several batches and
+/// restarted: each ends as `reference`.
+fn kill_at_every_step(
+    server: &S3TestServer,
+    counts: Counts,
+    reference: &Finished,
+    state: Option<&str>,
+) {
     let batches = reference.offsets.len() as u64;
     for point in FAIL_POINTS {
         for batch in [0u64, 2, 4, batches - 1] {
             let label = format!("{counts:?} {point}:{batch}");
             let tmp = tempfile::tempdir().unwrap();
             let dir = tmp.path();
-            let name = format!("{counts:?}-{point}-{batch}").to_lowercase();
+            let store = if state.is_some() { "-disk" } else { "" };
+            let name = format!("{counts:?}{store}-{point}-{batch}").to_lowercase();
             let at = format!("s3://chk/{name}/checkpoint");
-            write_click_counts(dir, &all_on_s3(&name, counts));
+            write_click_counts(dir, &all_on_s3(&name, counts, state.unwrap_or("")));
             std::fs::remove_dir_all(dir.join("in")).unwrap();
             upload_clicks(server, &name);
             let o = run(server, dir, Some(&format!("{point}:{batch}")));
@@ -336,6 +347,9 @@ fn kill_at_every_step(server: &S3TestServer, counts: Counts, reference: &Finishe
             // The killed process's lease is still there: the restart on this machine
             // takes it over at once (its holder is dead).
             assert!(chk.list("").unwrap().contains(&".lock".to_string()));
+            if state.is_some() {
+                std::fs::remove_dir_all(dir.join(".etlantic/state")).unwrap();
+            }
             run_ok(server, dir);
             let done = Finished {
                 rows: counts.rows(server, dir, &name),
@@ -353,7 +367,7 @@ fn a_delta_table_on_s3_killed_at_every_step_loses_and_duplicates_nothing() {
     let server = S3TestServer::start();
     server.create_bucket("chk");
     let reference = local_reference(&server);
-    kill_at_every_step(&server, Counts::Delta, &reference);
+    kill_at_every_step(&server, Counts::Delta, &reference, None);
 
     // A batch pipeline reads one of the tables (the bounded delta source on S3) and
     // overwrites a table of totals on S3, twice: the totals are replaced, not appended.
@@ -404,7 +418,7 @@ fn an_iceberg_warehouse_on_s3_killed_at_every_step_loses_and_duplicates_nothing(
     let server = S3TestServer::start();
     server.create_bucket("chk");
     let reference = local_reference(&server);
-    kill_at_every_step(&server, Counts::Iceberg, &reference);
+    kill_at_every_step(&server, Counts::Iceberg, &reference, None);
     // The table's files are on S3; only the SQLite catalog is local.
     let wh = storage(
         &server,
@@ -412,6 +426,28 @@ fn an_iceberg_warehouse_on_s3_killed_at_every_step_loses_and_duplicates_nothing(
     );
     assert!(wh.list("").unwrap().contains(&"metadata/".to_string()));
     assert!(wh.list("").unwrap().contains(&"data/".to_string()));
+}
+
+/// The disk state store with its checkpoint on S3: the window aggregation's changelogs
+/// and snapshots go to S3, and every restart — after a kill at every step, its working
+/// copy deleted — restores from S3 alone.
+#[test]
+fn the_disk_state_store_on_s3_killed_at_every_step_restores_from_s3_alone() {
+    let server = S3TestServer::start();
+    server.create_bucket("chk");
+    let reference = local_reference(&server);
+    kill_at_every_step(&server, Counts::Files, &reference, Some(DISK_STATE));
+    // The store's part of the checkpoint: changelogs, and snapshots with their SSTs.
+    let chk = storage(&server, "s3://chk/files-disk-after_commit-0/checkpoint");
+    let stores = chk.list("state-store").unwrap();
+    assert_eq!(stores.len(), 1, "one stateful operator: {stores:?}");
+    let store = format!("state-store/{}", stores[0]);
+    for dir in ["changelog/", "snapshot/", "sst/", "small/"] {
+        assert!(
+            chk.list(&store).unwrap().contains(&dir.to_string()),
+            "{dir} in {store}"
+        );
+    }
 }
 
 #[test]

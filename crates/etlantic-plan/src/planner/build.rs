@@ -272,6 +272,7 @@ impl Planner<'_> {
                     .filter(|_| mode == ExecutionMode::Streaming),
                 state_store: prof.state_store.clone(),
                 state_memory_limit: prof.state_memory_limit,
+                state_snapshot_every: prof.state_snapshot_every,
                 state_local_dir: prof.state_local_dir.clone(),
                 quality_policies: prof.quality_policies.clone(),
             },

@@ -175,6 +175,14 @@ impl StreamingQuery {
                     commit.files_total.saturating_sub(commit.files_uploaded),
                 );
                 put("stateStoreTotalBytes", commit.bytes_total);
+                put(
+                    "stateStoreSnapshotFilesCopied",
+                    commit.snapshot_files_uploaded,
+                );
+                put(
+                    "stateStoreSnapshotBytesCopied",
+                    commit.snapshot_bytes_uploaded,
+                );
             }
         }
         progress.sink = SinkProgress {

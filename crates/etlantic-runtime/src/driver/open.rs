@@ -259,6 +259,7 @@ fn open_state_stores(
             local_dir: local_root.join(&id),
             checkpoint: checkpoint.state_store_dir(&id),
             memory_limit_bytes: each,
+            snapshot_every: plan.profile.state_snapshot_every.map(|n| n.get()),
         })?;
         op.use_store(store)?;
     }

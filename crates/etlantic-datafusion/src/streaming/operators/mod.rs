@@ -60,6 +60,7 @@ pub(crate) fn test_disk_store(
             local_dir: dir.join(local),
             checkpoint: etlantic_core::storage::open(&dir.join(checkpoint)),
             memory_limit_bytes: 16 << 20,
+            snapshot_every: None,
         })
         .expect("a disk store opens")
 }
