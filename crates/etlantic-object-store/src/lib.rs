@@ -139,6 +139,9 @@ fn block<T: Send + 'static>(fut: impl Future<Output = T> + Send + 'static) -> T 
 #[derive(Clone)]
 pub struct ObjectStorage {
     store: Arc<dyn ObjectStore>,
+    /// The store for multipart uploads, retrying with `object_store`'s own retries: a
+    /// failed part cannot be sent again by ours (`put_part` numbers parts as it goes).
+    multipart: Arc<dyn ObjectStore>,
     /// The prefix every path is under (no leading or trailing `/`).
     prefix: String,
     /// `scheme://bucket` and the prefix, for messages.
@@ -181,12 +184,15 @@ impl ObjectStorage {
     pub fn open(url: &url::Url, options: &StorageOptions) -> Result<Self> {
         let store = build_store(url, options)?;
         let prefix = url.path().trim_matches('/').to_string();
-        Ok(ObjectStorage::new(store, url.as_str(), &prefix))
+        let mut storage = ObjectStorage::new(store, url.as_str(), &prefix);
+        storage.multipart = table_store(url, options)?;
+        Ok(storage)
     }
 
     /// `prefix` of `store` (shown as `url` in messages).
     pub fn new(store: Arc<dyn ObjectStore>, url: &str, prefix: &str) -> Self {
         ObjectStorage {
+            multipart: store.clone(),
             store,
             prefix: prefix.trim_matches('/').to_string(),
             url: url.trim_end_matches('/').to_string(),
@@ -472,6 +478,87 @@ fn error_text(e: &object_store::Error) -> String {
     out
 }
 
+/// What [`Storage::put`] writes to: up to [`PART_BYTES`] it is one `PUT` (retried);
+/// beyond, a multipart upload of parts of that size, so that an object of any size is
+/// written in bounded memory. Either way the object appears whole, or not at all.
+struct Upload<'a> {
+    storage: &'a ObjectStorage,
+    path: &'a str,
+    buffer: Vec<u8>,
+    multipart: Option<Box<dyn object_store::MultipartUpload>>,
+}
+
+/// The size of a multipart upload's parts (S3 takes at least 5 MiB but for the last).
+pub const PART_BYTES: usize = 8 << 20;
+
+impl Upload<'_> {
+    fn failed(&self, e: object_store::Error) -> Error {
+        self.storage
+            .diagnostic("write", self.path, Failed::Store(e))
+    }
+
+    /// Sends the buffer as the next part, starting the upload with the first.
+    fn send_part(&mut self) -> Result<()> {
+        if self.multipart.is_none() {
+            let store = self.storage.multipart.clone();
+            let at = self.storage.object_path(self.path);
+            let started = block(async move { store.put_multipart(&at).await });
+            self.multipart = Some(started.map_err(|e| self.failed(e))?);
+        }
+        let part = PutPayload::from(std::mem::take(&mut self.buffer));
+        let upload = self.multipart.as_mut().expect("started");
+        block(upload.put_part(part)).map_err(|e| self.failed(e))
+    }
+
+    fn finish(mut self) -> Result<()> {
+        if self.multipart.is_none() {
+            let bytes = std::mem::take(&mut self.buffer);
+            return self
+                .storage
+                .put_payload(self.path, bytes, PutMode::Overwrite)
+                .map(|_| ())
+                .map_err(|f| self.storage.diagnostic("write", self.path, f));
+        }
+        if !self.buffer.is_empty() {
+            if let Err(e) = self.send_part() {
+                self.abort();
+                return Err(e);
+            }
+        }
+        let mut upload = self.multipart.take().expect("started");
+        block(async move { upload.complete().await })
+            .map(|_| ())
+            .map_err(|e| self.failed(e))
+    }
+
+    /// Gives up an upload started: its parts are deleted, no object appears.
+    fn abort(mut self) {
+        if let Some(mut upload) = self.multipart.take() {
+            if let Err(e) = block(async move { upload.abort().await }) {
+                tracing::warn!(
+                    "abandoning the upload of {}: {e}",
+                    self.storage.display(self.path)
+                );
+            }
+        }
+    }
+}
+
+impl Write for Upload<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = buf.len().min(PART_BYTES - self.buffer.len());
+        self.buffer.extend_from_slice(&buf[..n]);
+        if self.buffer.len() == PART_BYTES {
+            self.send_part().map_err(std::io::Error::other)?;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 pub use counted::Counted;
 
 /// The object store of `url`'s bucket for table formats (Delta, Iceberg) that send their
@@ -716,11 +803,19 @@ impl Storage for ObjectStorage {
         path: &str,
         fill: &mut dyn FnMut(&mut (dyn Write + Send)) -> Result<()>,
     ) -> Result<()> {
-        let mut buffer = Vec::new();
-        fill(&mut buffer)?;
-        self.put_payload(path, buffer, PutMode::Overwrite)
-            .map(|_| ())
-            .map_err(|f| self.diagnostic("write", path, f))
+        let mut upload = Upload {
+            storage: self,
+            path,
+            buffer: Vec::new(),
+            multipart: None,
+        };
+        match fill(&mut upload) {
+            Ok(()) => upload.finish(),
+            Err(e) => {
+                upload.abort();
+                Err(e)
+            }
+        }
     }
 
     fn put_if_absent(&self, path: &str, bytes: &[u8]) -> Result<bool> {

@@ -73,3 +73,39 @@ fn bad_configurations_get_coded_diagnostics() {
         .unwrap_err();
     assert_eq!(e.code(), "ETL716", "{e}");
 }
+
+/// An object larger than a part is written by a multipart upload, in bounded memory, and
+/// reads back whole; a write that fails half-way leaves no object.
+#[test]
+fn a_large_object_is_uploaded_in_parts() {
+    let server = S3TestServer::start();
+    server.create_bucket("large");
+    let s = ObjectStorage::open(&url("s3://large/p"), &server.options()).unwrap();
+    let size = etlantic_object_store::PART_BYTES * 2 + 12_345;
+    let bytes: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+    s.put("big", &mut |out| {
+        for chunk in bytes.chunks(100_000) {
+            out.write_all(chunk).unwrap();
+        }
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(s.size("big").unwrap(), Some(size as u64));
+    assert!(
+        s.read("big").unwrap().unwrap() == bytes,
+        "the object reads back whole"
+    );
+    // A fill that fails after a part went out: no object, and the upload is gone.
+    let err = s
+        .put("broken", &mut |out| {
+            out.write_all(&bytes).unwrap();
+            Err(etlantic_core::diagnostics::Error::new(
+                &etlantic_core::diagnostics::codes::IO_ERROR,
+                "the source went away",
+            ))
+        })
+        .unwrap_err();
+    assert!(err.to_string().contains("went away"), "{err}");
+    assert_eq!(s.read("broken").unwrap(), None);
+    assert_eq!(s.list("").unwrap(), vec!["big"]);
+}

@@ -10,7 +10,8 @@
 //!   1 klen key vlen value   put        (lengths u32 LE)
 //!   2 klen key              delete
 //!   3 flen from tlen to     delete of the range from..to
-//!   0 version count crc     the end: u64 LE, u64 LE, CRC-32 of the records before it
+//!   0 version base count crc the end: u64 LE ×3 (base as in the header), CRC-32 of the
+//!                           records before it
 //! ```
 //!
 //! The header stays uncompressed so that a restore finds the chain of changelogs back to
@@ -48,6 +49,7 @@ pub(crate) fn version_of(name: &str) -> Option<u64> {
 /// commit uploads it.
 pub(crate) struct ChangelogWriter {
     path: PathBuf,
+    base: Option<u64>,
     out: zstd::stream::write::Encoder<'static, BufWriter<File>>,
     crc: crc32fast::Hasher,
     records: u64,
@@ -66,6 +68,7 @@ impl ChangelogWriter {
         let out = zstd::stream::write::Encoder::new(file, 1).map_err(|e| io("write", path, e))?;
         Ok(ChangelogWriter {
             path: path.to_path_buf(),
+            base,
             out,
             crc: crc32fast::Hasher::new(),
             records: 0,
@@ -117,6 +120,7 @@ impl ChangelogWriter {
         let crc = self.crc.clone().finalize();
         let mut end = vec![END];
         end.extend_from_slice(&version.to_le_bytes());
+        end.extend_from_slice(&self.base.map_or(0, |b| b + 1).to_le_bytes());
         end.extend_from_slice(&self.records.to_le_bytes());
         end.extend_from_slice(&crc.to_le_bytes());
         self.out
@@ -200,7 +204,13 @@ impl<R: Read> Records<R> {
     }
 
     fn checked(&mut self, n: usize) -> std::io::Result<Vec<u8>> {
-        let out = self.bytes(n)?;
+        // Read as far as the input goes, not allocated up front: a damaged length meets
+        // the end of the input instead of allocating gigabytes.
+        let mut out = Vec::new();
+        (&mut self.input).take(n as u64).read_to_end(&mut out)?;
+        if out.len() != n {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
         self.crc.update(&out);
         Ok(out)
     }
@@ -227,6 +237,7 @@ pub(crate) fn replay(storage: &dyn Storage, version: u64, db: &DB) -> Result<()>
     };
     let mut header = [0u8; HEADER_LEN as usize];
     raw.read_exact(&mut header).map_err(bad)?;
+    let base = u64::from_le_bytes(header[8..16].try_into().expect("8 bytes"));
     let input = std::io::BufReader::with_capacity(
         4 << 20,
         zstd::stream::read::Decoder::with_buffer(std::io::BufReader::with_capacity(4 << 20, raw))
@@ -270,11 +281,13 @@ pub(crate) fn replay(storage: &dyn Storage, version: u64, db: &DB) -> Result<()>
                 .map_err(|e| engine("replay", e))?;
         }
     }
-    let end = records.bytes(20).map_err(bad)?;
+    let end = records.bytes(28).map_err(bad)?;
     let said_version = u64::from_le_bytes(end[..8].try_into().expect("8 bytes"));
-    let said_records = u64::from_le_bytes(end[8..16].try_into().expect("8 bytes"));
-    let said_crc = u32::from_le_bytes(end[16..].try_into().expect("4 bytes"));
+    let said_base = u64::from_le_bytes(end[8..16].try_into().expect("8 bytes"));
+    let said_records = u64::from_le_bytes(end[16..24].try_into().expect("8 bytes"));
+    let said_crc = u32::from_le_bytes(end[24..].try_into().expect("4 bytes"));
     if said_version != version
+        || said_base != base
         || said_records != records.records
         || said_crc != records.crc.clone().finalize()
     {

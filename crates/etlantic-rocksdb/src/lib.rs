@@ -272,6 +272,12 @@ impl DiskStore {
     }
 
     /// Takes in a snapshot that finished uploading (`wait`: waits for one in flight).
+    ///
+    /// A snapshot that failed costs no durability (the changelogs hold every version),
+    /// so it does not fail the query: it is logged, and the next commit takes another.
+    /// What the failed upload may have written is found again in the checkpoint (its
+    /// manifest may have landed although the request reported a failure) and the rest is
+    /// swept.
     fn take_finished_snapshot(&mut self, wait: bool) -> Result<()> {
         let finished = self.in_flight.as_ref().is_some_and(|h| h.is_finished());
         if !(finished || wait) {
@@ -280,13 +286,26 @@ impl DiskStore {
         let Some(handle) = self.in_flight.take() else {
             return Ok(());
         };
-        let done = handle
-            .join()
-            .map_err(|_| engine("snapshot", "the upload thread panicked"))?
-            .inspect_err(|_| {
-                // The next commit tries again.
-                self.since.versions = self.since.versions.max(self.policy.max_versions);
-            })?;
+        let failed = match handle.join() {
+            Ok(Ok(done)) => {
+                self.took_snapshot(done);
+                return Ok(());
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => "the upload thread panicked".to_string(),
+        };
+        tracing::warn!(
+            "the disk state store of operator `{}`: a snapshot failed, the next commit takes another: {failed}",
+            self.ctx.operator
+        );
+        self.since.versions = self.since.versions.max(self.policy.max_versions);
+        self.catalog = Catalog::load(self.storage())?;
+        self.swept = false;
+        Ok(())
+    }
+
+    /// Takes in snapshot `done`, uploaded.
+    fn took_snapshot(&mut self, done: Snapshotted) {
         let version = done.manifest.version;
         self.uploaded = done.uploaded;
         self.snapshotted.0 += done.files_copied;
@@ -294,7 +313,6 @@ impl DiskStore {
         self.catalog
             .snapshots
             .insert(version, (snapshot::manifest_path(version), done.manifest));
-        Ok(())
     }
 
     fn snapshot_due(&self) -> bool {
@@ -324,20 +342,21 @@ impl DiskStore {
         Ok(())
     }
 
-    /// Deletes what the checkpoint holds of versions from `version` on (snapshots) and
-    /// after it (changelogs): a commit of `version` on an older one replaces a run that
-    /// was rolled back, and no restore may mix the two.
-    fn drop_versions_from(&mut self, version: u64) -> Result<()> {
+    /// Deletes what the checkpoint holds of versions after the one the commit builds on:
+    /// they belong to a run that was rolled back (every commit builds on the newest
+    /// version otherwise), and neither a restore nor retention may mix the two runs.
+    fn drop_versions_after_base(&mut self) -> Result<()> {
+        let after = self.base.map_or(0, |b| b + 1);
         let snapshots: Vec<u64> = self
             .catalog
             .snapshots
-            .range(version..)
+            .range(after..)
             .map(|(v, _)| *v)
             .collect();
         let changelogs: Vec<u64> = self
             .catalog
             .changelogs
-            .range(version + 1..)
+            .range(after..)
             .map(|(v, _)| *v)
             .collect();
         if snapshots.is_empty() && changelogs.is_empty() {
@@ -422,6 +441,15 @@ impl DiskStore {
                 break;
             }
             match changelog::base_of(self.storage(), v)? {
+                Some(Some(base)) if base >= v => {
+                    return Err(Error::new(
+                        &codes::CHECKPOINT_CORRUPT,
+                        format!(
+                            "the state changelog {} names version {base} as its base, not an older one",
+                            self.storage().display(&changelog_path(v))
+                        ),
+                    ));
+                }
                 Some(base) => {
                     chain.push(v);
                     at = base;
@@ -525,8 +553,12 @@ impl StateStore for DiskStore {
             return Err(self.needs_restore());
         };
         let mut batch = WriteBatch::default();
+        let mut logged = Ok(());
         for w in writes.0 {
-            log.record(&w)?;
+            logged = log.record(&w);
+            if logged.is_err() {
+                break;
+            }
             match w {
                 StoreWrite::Put(k, v) => batch.put(k, v),
                 StoreWrite::Delete(k) => batch.delete(k),
@@ -535,9 +567,16 @@ impl StateStore for DiskStore {
         }
         let mut opts = WriteOptions::default();
         opts.disable_wal(true);
-        self.db()
-            .write_opt(batch, &opts)
-            .map_err(|e| engine("write", e))
+        let written = logged.and_then(|()| {
+            self.db()
+                .write_opt(batch, &opts)
+                .map_err(|e| engine("write", e))
+        });
+        if written.is_err() {
+            // The changelog and the database may disagree now: only a restore goes on.
+            self.pending = None;
+        }
+        written
     }
 
     fn scan(&self, from: &[u8], to: Option<&[u8]>, visit: &mut ScanVisitor<'_>) -> Result<()> {
@@ -561,7 +600,7 @@ impl StateStore for DiskStore {
     fn commit(&mut self, version: u64) -> Result<CommitStats> {
         self.take_finished_snapshot(false)?;
         let log = self.pending.take().ok_or_else(|| self.needs_restore())?;
-        self.drop_versions_from(version)?;
+        self.drop_versions_after_base()?;
         let (file, size) = log.finish(version)?;
         // The commit point: the changelog is durable when `put` returns.
         self.storage().put(&changelog_path(version), &mut |out| {

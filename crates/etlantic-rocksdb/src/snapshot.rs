@@ -159,7 +159,11 @@ pub(crate) fn upload(
     let bytes = serde_json::to_vec(&done.manifest).map_err(|e| engine("manifest", e))?;
     // The snapshot's commit point: every file it names is durable already.
     put_bytes(storage, &manifest_path(version), &bytes)?;
-    keep_local_copy(&staged, &bytes)?;
+    // The snapshot is in the checkpoint now: a local copy that cannot be kept only costs
+    // a restart on this machine a download.
+    if let Err(e) = keep_local_copy(&staged, &bytes) {
+        tracing::warn!("the disk state store: snapshot {version} is not kept locally: {e}");
+    }
     Ok(done)
 }
 

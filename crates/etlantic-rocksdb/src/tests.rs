@@ -373,6 +373,12 @@ fn a_missing_or_damaged_file_is_reported() {
         all(&b).is_empty(),
         "a failed restore leaves the empty state"
     );
+    // A header naming a base that is not older than the changelog's own version.
+    let mut looping = std::fs::read(&log).unwrap();
+    looping[8..16].copy_from_slice(&3u64.to_le_bytes());
+    std::fs::write(&log, &looping).unwrap();
+    let err = fx.open("b2").restore(Some(2)).unwrap_err();
+    assert_eq!(err.code(), "ETL801", "{err}");
     // A cut-short one.
     std::fs::write(&log, &bytes[..bytes.len() / 2]).unwrap();
     let err = fx.open("c").restore(Some(2)).unwrap_err();
@@ -501,4 +507,35 @@ fn a_snapshot_is_due_when_the_changelogs_hold_half_of_the_last_one() {
         }
     }
     panic!("no second snapshot");
+}
+
+/// A commit after a rollback that skips versions (as under a state checkpoint interval)
+/// deletes every later version of the rolled-back run, not only those from its own
+/// version on: retention then never picks one of them.
+#[test]
+fn a_rollback_that_skips_versions_leaves_nothing_of_the_old_run() {
+    let fx = Fixture::new();
+    let mut s = fx.open_with("a", 1);
+    for v in 1..=3u32 {
+        put_range(&mut s, v * 10, v * 10 + 10, "old");
+        commit(&mut s, v as u64);
+    }
+    s.restore(Some(1)).unwrap();
+    put_range(&mut s, 100, 110, "new");
+    commit(&mut s, 5);
+    assert_eq!(s.versions().unwrap(), vec![1, 5]);
+    assert_eq!(
+        fx.files("snapshot"),
+        ["1.json", "5.json"].map(String::from).into()
+    );
+    assert_eq!(
+        fx.files("changelog"),
+        ["1.log", "5.log"].map(String::from).into()
+    );
+    s.retain(4).unwrap();
+    let mut fresh = fx.open("b");
+    fresh.restore(Some(5)).unwrap();
+    let values: Vec<Vec<u8>> = all(&fresh).into_iter().map(|(_, v)| v).collect();
+    assert_eq!(values.len(), 20);
+    assert_eq!(values.iter().filter(|v| v.starts_with(b"old")).count(), 10);
 }
