@@ -133,6 +133,48 @@ impl Catalog {
         Ok(catalog)
     }
 
+    /// Deletes from the checkpoint, and forgets, the changelogs `changelogs` and the
+    /// snapshots `snapshots` with their small files and the SSTs no other snapshot names.
+    fn delete(
+        &mut self,
+        storage: &dyn Storage,
+        snapshots: &[u64],
+        changelogs: &[u64],
+    ) -> Result<()> {
+        if snapshots.is_empty() && changelogs.is_empty() {
+            return Ok(());
+        }
+        let named: BTreeSet<&str> = self
+            .snapshots
+            .iter()
+            .filter(|(v, _)| !snapshots.contains(v))
+            .flat_map(|(_, (_, m))| m.ssts.iter().map(|f| f.stored.as_str()))
+            .collect();
+        let mut doomed: Vec<String> = changelogs.iter().map(|v| changelog_path(*v)).collect();
+        for v in snapshots {
+            let (path, m) = &self.snapshots[v];
+            doomed.push(path.clone());
+            let small = snapshot::small_dir(*v);
+            doomed.extend(m.small.iter().map(|n| format!("{small}/{n}")));
+            doomed.extend(
+                m.ssts
+                    .iter()
+                    .filter(|f| !named.contains(f.stored.as_str()))
+                    .map(|f| f.stored.clone()),
+            );
+        }
+        doomed.sort();
+        doomed.dedup();
+        storage.delete_all(&doomed)?;
+        for v in snapshots {
+            self.snapshots.remove(v);
+        }
+        for v in changelogs {
+            self.changelogs.remove(v);
+        }
+        Ok(())
+    }
+
     /// The newest snapshot.
     fn newest_snapshot(&self) -> Option<&Manifest> {
         self.snapshots.values().next_back().map(|(_, m)| m)
@@ -362,24 +404,9 @@ impl DiskStore {
         if snapshots.is_empty() && changelogs.is_empty() {
             return Ok(());
         }
-        let mut doomed: Vec<String> = changelogs.iter().map(|v| changelog_path(*v)).collect();
-        // The SSTs stay for the sweep: older snapshots may share them.
-        for v in &snapshots {
-            let (path, m) = &self.catalog.snapshots[v];
-            doomed.push(path.clone());
-            doomed.extend(
-                m.small
-                    .iter()
-                    .map(|n| format!("{}/{n}", snapshot::small_dir(*v))),
-            );
-        }
-        self.storage().delete_all(&doomed)?;
-        for v in snapshots {
-            self.catalog.snapshots.remove(&v);
-        }
-        for v in changelogs {
-            self.catalog.changelogs.remove(&v);
-        }
+        let storage = self.ctx.checkpoint.clone();
+        self.catalog
+            .delete(storage.as_ref(), &snapshots, &changelogs)?;
         self.swept = false;
         Ok(())
     }
@@ -666,40 +693,8 @@ impl StateStore for DiskStore {
                 .range(..=kept)
                 .map(|(v, _)| *v)
                 .collect();
-            if !older.is_empty() || !changelogs.is_empty() {
-                let named: BTreeSet<&str> = self
-                    .catalog
-                    .snapshots
-                    .range(kept..)
-                    .flat_map(|(_, (_, m))| m.ssts.iter().map(|f| f.stored.as_str()))
-                    .collect();
-                let mut doomed: Vec<String> =
-                    changelogs.iter().map(|v| changelog_path(*v)).collect();
-                for v in &older {
-                    let (path, m) = &self.catalog.snapshots[v];
-                    doomed.push(path.clone());
-                    doomed.extend(
-                        m.small
-                            .iter()
-                            .map(|n| format!("{}/{n}", snapshot::small_dir(*v))),
-                    );
-                    doomed.extend(
-                        m.ssts
-                            .iter()
-                            .filter(|f| !named.contains(f.stored.as_str()))
-                            .map(|f| f.stored.clone()),
-                    );
-                }
-                doomed.sort();
-                doomed.dedup();
-                self.storage().delete_all(&doomed)?;
-                for v in older {
-                    self.catalog.snapshots.remove(&v);
-                }
-                for v in changelogs {
-                    self.catalog.changelogs.remove(&v);
-                }
-            }
+            let storage = self.ctx.checkpoint.clone();
+            self.catalog.delete(storage.as_ref(), &older, &changelogs)?;
         }
         self.sweep()
     }
