@@ -2,7 +2,8 @@
 //!
 //! - `ci`: prepare the machine (protoc, PostgreSQL), then run the test suite and the
 //!   Spark conformance corpus — what `.ci/run` runs;
-//! - `demo`: scaffold the example project into `scratch/demo` and run it;
+//! - `demo`: scaffold the streaming example into `scratch/demo-streaming` and run it in its
+//!   two steps, then the batch example in `scratch/demo`;
 //! - `docs`: regenerate generated documentation (`docs/diagnostics.md`);
 //! - `equivalence`: run the backend-equivalence corpus and write the support matrix
 //!   (`docs/equivalence-matrix.md`);
@@ -31,7 +32,8 @@ enum Cmd {
     Ci,
     /// Prepare the machine only (protoc, PostgreSQL, the ETLantic-py virtualenv).
     Setup,
-    /// Scaffold the example project into scratch/demo and run it.
+    /// Scaffold the streaming example into scratch/demo-streaming and run it in two steps,
+    /// then the batch example in scratch/demo.
     Demo,
     /// Regenerate docs/diagnostics.md from the code catalogue.
     Docs,
@@ -165,6 +167,14 @@ fn ensure_build_tools() -> Result<()> {
     }
     if !have_libclang() {
         apt_install("libclang-dev", "libclang")?;
+    }
+    // Not for the build but for the tests: `etlantic report`'s page is checked in
+    // headless Chromium.
+    if !have("chromium") {
+        apt_install(
+            "chromium",
+            "chromium (headless, for the HTML report's test)",
+        )?;
     }
     Ok(())
 }
@@ -498,20 +508,73 @@ fn main() -> Result<()> {
         }
         Cmd::Demo => {
             ensure_build_tools()?;
+            // Only what the examples use (files, DataFusion, the streaming runtime): no
+            // Kafka, Delta, Iceberg, SQL, Polars, Spark, RocksDB or object stores, so the
+            // first build is a fraction of the whole CLI's.
             run(Command::new(cargo()).current_dir(&root).args([
                 "build",
                 "--release",
                 "-p",
                 "etlantic",
+                "--no-default-features",
+                "--features",
+                "mimalloc",
             ]))?;
             let target = std::env::var("CARGO_TARGET_DIR")
                 .map(PathBuf::from)
                 .unwrap_or_else(|_| root.join("target"));
             let bin = target.join("release").join("etlantic");
-            let demo = root.join("scratch").join("demo");
-            if demo.exists() {
-                std::fs::remove_dir_all(&demo)?;
-            }
+            let fresh = |name: &str| -> Result<PathBuf> {
+                let dir = root.join("scratch").join(name);
+                if dir.exists() {
+                    std::fs::remove_dir_all(&dir)?;
+                }
+                Ok(dir)
+            };
+            let show = |dir: &Path, rel: &str| {
+                let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join(rel))
+                    .map(|d| d.flatten().map(|e| e.path()).collect())
+                    .unwrap_or_default();
+                files.sort();
+                for f in files
+                    .iter()
+                    .filter(|f| f.extension().is_some_and(|e| e == "jsonl"))
+                {
+                    print!("{}", std::fs::read_to_string(f).unwrap_or_default());
+                }
+            };
+
+            // The main job: a streaming query, in two steps.
+            let demo = fresh("demo-streaming")?;
+            println!(
+                "== streaming: page views per 5-minute window ({})",
+                demo.display()
+            );
+            run(Command::new(&bin)
+                .args(["init", "--template", "streaming"])
+                .arg(&demo))?;
+            println!("\n-- step 1: two files in data/views/");
+            run(Command::new(&bin).current_dir(&demo).arg("run"))?;
+            run(Command::new(&bin)
+                .current_dir(&demo)
+                .args(["status", "--once"]))?;
+            println!("\n-- step 2: a third file arrives; the query goes on from its checkpoint");
+            std::fs::rename(
+                demo.join("samples/step2/003.jsonl"),
+                demo.join("data/views/003.jsonl"),
+            )?;
+            run(Command::new(&bin).current_dir(&demo).arg("run"))?;
+            run(Command::new(&bin)
+                .current_dir(&demo)
+                .args(["report", "-o", "report.html"]))?;
+            println!("\nout/views_per_page/ (each window once, when the watermark closed it):");
+            show(&demo, "out/views_per_page");
+            let q = std::fs::read_to_string(demo.join("out/quarantine.jsonl")).unwrap_or_default();
+            println!("\nout/quarantine.jsonl:\n{q}");
+
+            // Then the batch example.
+            let demo = fresh("demo")?;
+            println!("== batch: revenue per customer ({})", demo.display());
             run(Command::new(&bin).arg("init").arg(&demo))?;
             run(Command::new(&bin).current_dir(&demo).arg("run"))?;
             let out = std::fs::read_to_string(demo.join("out/customer_revenue.csv"))?;

@@ -242,6 +242,22 @@ pub struct DataLoss {
     pub reason: String,
 }
 
+/// How much a source holds that the query has not read yet (its lag behind the source):
+/// what `etlantic status` and the metrics show. Each figure is `None` when the source
+/// cannot tell it cheaply.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Backlog {
+    /// Records not yet read (a Kafka topic: the offsets behind the partitions' ends).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub records: Option<u64>,
+    /// Files not yet read (a directory stream: files found and waiting).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<u64>,
+    /// Bytes not yet read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+}
+
 /// A record that did not pass its contract, with why and where from.
 ///
 /// Rejected records are never dropped: the runtime writes them to the quarantine output

@@ -43,6 +43,13 @@ pub struct Profile {
     pub kind: String,
     /// Name of the profile (e.g. `local`, `prod`).
     pub name: String,
+    /// The application the pipeline's queries belong to, named in every progress
+    /// record, run report, log line, metric and lineage event (`etlantic status` shows
+    /// it). Unset, a streaming query generates one when its checkpoint is created and
+    /// keeps it there; a batch run uses one of its own. Letters, digits, `.`, `_`, `-`
+    /// and `:`, at most 128.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub application_id: Option<String>,
     /// Logical asset → URI, e.g. `raw_orders: file://data/orders.jsonl`.
     #[serde(default)]
     pub bindings: IndexMap<String, String>,
@@ -181,6 +188,7 @@ impl Profile {
             api_version: api_version(),
             kind: profile_kind(),
             name: name.into(),
+            application_id: None,
             bindings: IndexMap::new(),
             quarantine: None,
             on_error: OnError::default(),
@@ -328,6 +336,19 @@ impl Profile {
                 );
             }
         }
+        if let Some(id) = &self.application_id {
+            if let Err(why) = check_application_id(id) {
+                d.push(
+                    Diagnostic::new(
+                        &codes::INVALID_ID,
+                        format!("`application_id` `{id}` {why}"),
+                    )
+                    .at("application_id")
+                    .in_file(origin)
+                    .help("Use letters, digits, `.`, `_`, `-` and `:` (at most 128), e.g. `orders-prod`."),
+                );
+            }
+        }
         if self.state_store.trim().is_empty() {
             d.push(
                 Diagnostic::new(&codes::STATE_STORE_UNKNOWN, "`state_store` is empty")
@@ -359,6 +380,21 @@ impl Profile {
     pub fn quarantine_uri(&self) -> &str {
         self.quarantine.as_deref().unwrap_or(DEFAULT_QUARANTINE)
     }
+}
+
+/// Whether `id` may name an application: 1 to 128 letters, digits, `.`, `_`, `-`, `:`
+/// (it becomes a Prometheus label value, an OpenLineage namespace, part of file names).
+pub fn check_application_id(id: &str) -> std::result::Result<(), &'static str> {
+    if id.is_empty() || id.len() > 128 {
+        return Err("must be 1 to 128 characters long");
+    }
+    if !id
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':'))
+    {
+        return Err("may hold only letters, digits, `.`, `_`, `-` and `:`");
+    }
+    Ok(())
 }
 
 /// Replaces every `${env:NAME}` and `${secret:NAME}` in `text`: environment variables

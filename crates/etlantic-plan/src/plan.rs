@@ -78,6 +78,10 @@ pub fn arrow_schema(spec: &SchemaSpec) -> arrow::datatypes::Schema {
 pub struct PlanProfile {
     /// Profile name.
     pub name: String,
+    /// The application the query belongs to (see
+    /// `etlantic_core::profile::Profile::application_id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub application_id: Option<String>,
     /// Batch or streaming.
     pub mode: ExecutionMode,
     /// Bad-record policy.

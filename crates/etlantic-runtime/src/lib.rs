@@ -17,6 +17,7 @@
 //! - [`state_store`]: the trait of versioned key-value stores that keep an operator's
 //!   state on disk, checkpointed incrementally;
 //! - [`static_source`]: static tables joined to streams;
+//! - [`status`]: the running query's status record and what `etlantic status` reads;
 //! - [`whole_query`]: queries a backend runs whole in another system (Spark), whose
 //!   progress the runtime relays.
 //!
@@ -37,6 +38,7 @@ pub mod report;
 pub mod secrets;
 pub mod state_store;
 pub mod static_source;
+pub mod status;
 pub mod watermark;
 pub mod whole_query;
 

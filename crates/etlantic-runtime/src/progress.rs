@@ -175,6 +175,9 @@ pub struct QueryProgress {
     /// Records quarantined: rejected while decoding, taken out by a quality rule, or late
     /// under the `quarantine` policy.
     pub quarantined_rows: u64,
+    /// Those records by diagnostic code (`ETL702`, `ETL704`, `ETL708`, ...; ETLantic's).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub quarantined_by_code: std::collections::BTreeMap<String, u64>,
     /// Rows behind the watermark.
     pub late_rows: u64,
     /// The checkpoint directory.
@@ -191,6 +194,10 @@ pub struct QueryProgress {
     /// The contracts' quality rules evaluated in the micro-batch.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub quality: Vec<QualityProgress>,
+    /// The application the query belongs to (ETLantic's; see
+    /// `etlantic_core::profile::Profile::application_id`).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub application_id: String,
     /// Members of a record written by another system (Spark's `observedMetrics`, ...).
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -269,6 +276,10 @@ pub struct SourceProgress {
     pub input_rows_per_second: f64,
     /// Rows processed per second.
     pub processed_rows_per_second: f64,
+    /// What the source held after this micro-batch that is not read yet (ETLantic's;
+    /// absent when the source cannot tell).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backlog: Option<etlantic_core::data::Backlog>,
     /// Records the source could not read any more and went on without
     /// (`failOnDataLoss=false`).
     #[serde(skip_serializing_if = "Vec::is_empty")]

@@ -83,6 +83,13 @@ impl QualityReport {
 /// What a run did.
 #[derive(Clone, Debug, Serialize)]
 pub struct RunReport {
+    /// The application the run belongs to (empty when the run failed before it knew).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub application_id: String,
+    /// The query id: stable across the restarts of a streaming query (a batch run: the
+    /// plan's fingerprint). Empty when the run failed before it knew.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub query_id: String,
     /// Unique id of this run.
     pub run_id: String,
     /// Pipeline name.
@@ -135,6 +142,8 @@ impl RunReport {
         started_at: &str,
     ) -> Self {
         RunReport {
+            application_id: String::new(),
+            query_id: String::new(),
             run_id: run_id.to_string(),
             pipeline: pipeline.to_string(),
             fingerprint: fingerprint.to_string(),
@@ -149,6 +158,13 @@ impl RunReport {
             quality: vec![],
             errors: vec![],
         }
+    }
+
+    /// Names the run's application, query and run.
+    pub fn identify(&mut self, ids: &crate::status::QueryIds) {
+        self.application_id = ids.application_id.clone();
+        self.query_id = ids.query_id.clone();
+        self.run_id = ids.run_id.clone();
     }
 
     /// Marks the run failed with `errors`.

@@ -101,7 +101,11 @@ pub async fn run(
     tokio::task::spawn_blocking(move || {
         let log = Mutex::new(ProgressLog::new(&opts.checkpoint));
         let log_failed = AtomicBool::new(false);
-        let on_progress = |p: QueryProgress| {
+        let application_id = plan.profile.application_id.clone().unwrap_or_default();
+        let on_progress = |mut p: QueryProgress| {
+            if p.application_id.is_empty() {
+                p.application_id = application_id.clone();
+            }
             let appended = log
                 .lock()
                 .map(|mut l| l.append(&p).is_ok())

@@ -189,6 +189,7 @@ fn main() {
             )),
             stop: Default::default(),
             max_batches: None,
+            metrics_addr: None,
         },
     ));
     let secs = started.elapsed().as_secs_f64();

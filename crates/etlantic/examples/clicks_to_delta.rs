@@ -112,6 +112,7 @@ fn run(
             })),
             stop: Default::default(),
             max_batches: Some(batches),
+            metrics_addr: None,
         },
     ));
     println!("run {}: {}", report.run_id, report.status);

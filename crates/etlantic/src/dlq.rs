@@ -392,6 +392,7 @@ pub async fn redrive(
             on_progress: None,
             stop: Default::default(),
             max_batches: None,
+            metrics_addr: None,
         },
     )
     .await;

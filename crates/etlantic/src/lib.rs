@@ -31,9 +31,12 @@ pub mod contract_diff;
 pub mod dlq;
 pub mod emit;
 pub mod generate;
+pub mod history;
+pub mod metrics;
 pub mod processors;
 pub mod run;
 pub mod scaffold;
+pub mod status;
 
 pub use etlantic_core as core;
 pub use etlantic_datafusion as datafusion;

@@ -50,6 +50,12 @@ impl From<Format> for OutputFormat {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
+enum TemplateArg {
+    Batch,
+    Streaming,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
 enum GenerateKind {
     Odcs,
     Dtcs,
@@ -120,6 +126,10 @@ enum Command {
         /// Directory to create the project in.
         #[arg(default_value = ".")]
         dir: PathBuf,
+        /// Which example: `batch` (orders to revenue per customer) or `streaming` (page
+        /// views per 5-minute window from files arriving in two steps).
+        #[arg(long, value_enum, default_value = "batch")]
+        template: TemplateArg,
     },
     /// Validate a pipeline against its contracts and profile.
     Validate {
@@ -172,6 +182,10 @@ enum Command {
         /// resumes from its checkpoint next time). Ctrl-C also stops after the current one.
         #[arg(long)]
         max_batches: Option<u64>,
+        /// Streaming only: serve Prometheus metrics at `http://ADDR/metrics` while the
+        /// query runs (e.g. `127.0.0.1:9464`).
+        #[arg(long, value_name = "ADDR")]
+        metrics_addr: Option<std::net::SocketAddr>,
     },
     /// Inspect the quarantine (dead-letter) output the profile names.
     Dlq {
@@ -223,6 +237,50 @@ enum Command {
         /// it, a local server is started from the `pyspark` package and stopped after.
         #[arg(long)]
         endpoint: Option<String>,
+    },
+    /// Show where a streaming query stands: running, stopped or failed (and why), its last
+    /// micro-batch, rates, watermark lag, what its sources hold unread, state per
+    /// operator, late and quarantined rows, sinks, and the checkpoint's size. On a
+    /// terminal the view refreshes while the query runs (Ctrl-C leaves it).
+    ///
+    /// Exit code 0 when the query runs or stopped, 4 when it failed (or its process died
+    /// without saying why).
+    Status {
+        /// The query's checkpoint: a directory or an object-store URI (`s3://bucket/chk`).
+        /// Default: the checkpoint the pipeline's profile names.
+        checkpoint: Option<String>,
+        /// The pipeline whose checkpoint to read (default `pipeline.yaml`); its profile
+        /// also gives the object-store options.
+        #[arg(long)]
+        pipeline: Option<PathBuf>,
+        /// The profile file (default: profiles/local.yaml next to the pipeline).
+        #[arg(short, long)]
+        profile: Option<PathBuf>,
+        /// Output format (`json` prints the status once, as JSON).
+        #[arg(long, value_enum, default_value = "human")]
+        format: Format,
+        /// Print once and exit, even on a terminal.
+        #[arg(long)]
+        once: bool,
+        /// Seconds between refreshes of the live view.
+        #[arg(long, default_value_t = 2)]
+        interval: u64,
+    },
+    /// Render a query's history (rates, micro-batch duration, watermark lag, state size,
+    /// late and quarantined rows over time) from its progress records as one
+    /// self-contained HTML page with SVG charts.
+    Report {
+        /// The query's checkpoint (default: the one the pipeline's profile names).
+        checkpoint: Option<String>,
+        /// The pipeline whose checkpoint to read (default `pipeline.yaml`).
+        #[arg(long)]
+        pipeline: Option<PathBuf>,
+        /// The profile file (default: profiles/local.yaml next to the pipeline).
+        #[arg(short, long)]
+        profile: Option<PathBuf>,
+        /// The page to write.
+        #[arg(short, long, default_value = "report.html")]
+        out: PathBuf,
     },
     /// List the linked plugins.
     Plugins,
@@ -320,9 +378,25 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("a tokio runtime starts")
 }
 
+/// The log filter without `ETLANTIC_LOG`: warnings of ETLantic's crates, not of every
+/// dependency's (their warnings are theirs to tune: `ETLANTIC_LOG=warn` shows them).
+const DEFAULT_LOG: &str = "etlantic=warn,etlantic_core=warn,etlantic_runtime=warn,\
+etlantic_datafusion=warn,etlantic_sources=warn,etlantic_sinks=warn,etlantic_rocksdb=warn,\
+etlantic_object_store=warn,etlantic_sql=warn,etlantic_polars=warn,etlantic_spark_compat=warn";
+
 fn main() {
     etlantic::link_plugins();
     etlantic_core::untrusted::quiet_guarded_panics();
+    // Log lines go to stderr, filtered by `ETLANTIC_LOG` (e.g. `info`, `etlantic=debug`;
+    // default: ETLantic's own warnings); a run's lines carry its application, query and
+    // run ids.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("ETLANTIC_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG)),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     // Two linked plugins claiming one scheme or name would make lookups ambiguous.
     if let Err(e) = etlantic_core::plugin::check_registry() {
         eprintln!("{e}");
@@ -330,16 +404,30 @@ fn main() {
     }
     let cli = Cli::parse();
     std::process::exit(match cli.command {
-        Command::Init { dir } => match etlantic::scaffold::init(&dir) {
-            Ok(files) => {
-                for f in files {
-                    println!("created {}", f.display());
+        Command::Init { dir, template } => {
+            let template = match template {
+                TemplateArg::Batch => etlantic::scaffold::Template::Batch,
+                TemplateArg::Streaming => etlantic::scaffold::Template::Streaming,
+            };
+            match etlantic::scaffold::init_template(&dir, template) {
+                Ok(files) => {
+                    for f in files {
+                        println!("created {}", f.display());
+                    }
+                    match template {
+                    etlantic::scaffold::Template::Batch => {
+                        println!("\nNext: cd {} && etlantic run", dir.display())
+                    }
+                    etlantic::scaffold::Template::Streaming => println!(
+                        "\nNext: cd {} && etlantic run && etlantic status\nThen: mv samples/step2/003.jsonl data/views/ && etlantic run (see README.md)",
+                        dir.display()
+                    ),
                 }
-                println!("\nNext: cd {} && etlantic run", dir.display());
-                exit::OK
+                    exit::OK
+                }
+                Err(e) => fail(&e, Format::Human),
             }
-            Err(e) => fail(&e, Format::Human),
-        },
+        }
         Command::Validate { target, format } => {
             let project = match Project::load(&target.pipeline, target.profile.as_deref()) {
                 Ok(p) => p,
@@ -417,6 +505,7 @@ fn main() {
             root,
             format,
             max_batches,
+            metrics_addr,
         } => {
             let (p, project_root) = match saved {
                 Some(path) => match read_plan(&path) {
@@ -436,8 +525,22 @@ fn main() {
                     Err(code) => std::process::exit(code),
                 },
             };
-            run_plan(&p, &project_root, format, max_batches)
+            run_plan(&p, &project_root, format, max_batches, metrics_addr)
         }
+        Command::Status {
+            checkpoint,
+            pipeline,
+            profile,
+            format,
+            once,
+            interval,
+        } => status(checkpoint, pipeline, profile, format, once, interval),
+        Command::Report {
+            checkpoint,
+            pipeline,
+            profile,
+            out,
+        } => history_report(checkpoint, pipeline, profile, &out),
         Command::Dlq {
             command:
                 DlqCommand::Redrive {
@@ -701,7 +804,124 @@ fn print_result(d: &Diagnostics, format: Format) {
     }
 }
 
-fn run_plan(p: &PipelinePlan, root: &Path, format: Format, max_batches: Option<u64>) -> i32 {
+/// The checkpoint `status` and `report` read: the one named, else the one the pipeline's
+/// profile names; object-store options from the profile when a pipeline is involved.
+fn locate_checkpoint(
+    checkpoint: Option<String>,
+    pipeline: Option<PathBuf>,
+    profile: Option<PathBuf>,
+    format: Format,
+) -> Result<
+    (
+        etlantic_core::storage::Location,
+        etlantic_core::storage::StorageOptions,
+    ),
+    i32,
+> {
+    let project =
+        (checkpoint.is_none() || pipeline.is_some() || profile.is_some()).then(|| Target {
+            pipeline: pipeline.unwrap_or_else(|| PathBuf::from("pipeline.yaml")),
+            profile,
+        });
+    let located = match project {
+        Some(target) => {
+            let (project, plan) = load_and_plan(&target, format)?;
+            let ctx = RunContext::for_plan(&plan, &project.root);
+            let location = match &checkpoint {
+                Some(text) => etlantic::status::location_of(text),
+                None => etlantic::run::checkpoint_location(&plan, &ctx),
+            };
+            location.and_then(|l| Ok((l, etlantic::run::storage_options(&plan, &ctx)?)))
+        }
+        None => etlantic::status::location_of(checkpoint.as_deref().unwrap_or_default())
+            .map(|l| (l, Default::default())),
+    };
+    located.map_err(|e| fail(&e, format))
+}
+
+/// `etlantic report`: the query's history as an HTML page.
+fn history_report(
+    checkpoint: Option<String>,
+    pipeline: Option<PathBuf>,
+    profile: Option<PathBuf>,
+    out: &Path,
+) -> i32 {
+    let (location, options) = match locate_checkpoint(checkpoint, pipeline, profile, Format::Human)
+    {
+        Ok(x) => x,
+        Err(code) => return code,
+    };
+    let read = etlantic::status::read(&location, &options).and_then(|s| {
+        let storage = etlantic_core::storage::open_location(&location, &options)?;
+        Ok((
+            s,
+            etlantic_runtime::status::read_progress(storage.as_ref())?,
+        ))
+    });
+    let (status, records) = match read {
+        Ok(x) => x,
+        Err(e) => return fail(&e, Format::Human),
+    };
+    if let Err(e) = std::fs::write(out, etlantic::history::page(&status, &records)) {
+        eprintln!("cannot write {}: {e}", out.display());
+        return exit::EXECUTION_FAILED;
+    }
+    println!(
+        "wrote {} ({} micro-batches of query {})",
+        out.display(),
+        records.len(),
+        status.pipeline
+    );
+    exit::OK
+}
+
+/// `etlantic status`: the query of a checkpoint, once or refreshing.
+fn status(
+    checkpoint: Option<String>,
+    pipeline: Option<PathBuf>,
+    profile: Option<PathBuf>,
+    format: Format,
+    once: bool,
+    interval: u64,
+) -> i32 {
+    use etlantic_runtime::status::Liveness;
+    use std::io::IsTerminal;
+    let (location, options) = match locate_checkpoint(checkpoint, pipeline, profile, format) {
+        Ok(x) => x,
+        Err(code) => return code,
+    };
+    let live = !once && matches!(format, Format::Human) && std::io::stdout().is_terminal();
+    loop {
+        let s = match etlantic::status::read(&location, &options) {
+            Ok(s) => s,
+            Err(e) => return fail(&e, format),
+        };
+        match format {
+            Format::Human if live => {
+                // Clear the screen and go home, like `top`.
+                print!("\x1b[2J\x1b[H{}", etlantic::status::render(&s));
+                println!("\nrefreshing every {interval} s; Ctrl-C leaves");
+            }
+            Format::Human => print!("{}", etlantic::status::render(&s)),
+            _ => println!("{}", serde_json::to_string_pretty(&s).expect("serialises")),
+        }
+        if !live || s.state != Liveness::Running {
+            return match s.state {
+                Liveness::Failed => exit::EXECUTION_FAILED,
+                _ => exit::OK,
+            };
+        }
+        std::thread::sleep(std::time::Duration::from_secs(interval.max(1)));
+    }
+}
+
+fn run_plan(
+    p: &PipelinePlan,
+    root: &Path,
+    format: Format,
+    max_batches: Option<u64>,
+    metrics_addr: Option<std::net::SocketAddr>,
+) -> i32 {
     let ctx = RunContext::for_plan(p, root);
     let report = if p.profile.mode == etlantic_core::streaming::ExecutionMode::Streaming {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -741,6 +961,7 @@ fn run_plan(p: &PipelinePlan, root: &Path, format: Format, max_batches: Option<u
                 on_progress: Some(on_progress),
                 stop,
                 max_batches,
+                metrics_addr,
             },
         ))
     } else {

@@ -90,7 +90,7 @@ pub async fn run_batch(plan: &PipelinePlan, ctx: &RunContext) -> RunReport {
             }
         }));
         let mut q = etlantic_runtime::StreamingQuery::start_batch(plan, opts).await?;
-        report.run_id = q.run_id().to_string();
+        report.identify(&q.ids());
         q.run_bounded().await.map(|_| ())
     }
     .await;
@@ -138,6 +138,8 @@ pub struct StreamingRun {
     pub stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Stop a processing-time query after this many micro-batches.
     pub max_batches: Option<u64>,
+    /// Serve Prometheus metrics at `http://<addr>/metrics` while the query runs.
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 /// Runs a streaming plan with its trigger until it finishes or is stopped. The checkpoint
@@ -152,9 +154,35 @@ pub async fn run_streaming(plan: &PipelinePlan, ctx: &RunContext, run: Streaming
         let storage_options = storage_options(plan, ctx)?;
         let t = totals.clone();
         let user = run.on_progress.clone();
+        let metrics: crate::metrics::SharedMetrics = Arc::default();
+        let served = match run.metrics_addr {
+            Some(addr) => Some(crate::metrics::serve(addr, metrics.clone()).await.map_err(|e| {
+                Error::new(
+                    &codes::IO_ERROR,
+                    format!("cannot serve metrics at {addr}: {e}"),
+                )
+                .with_help("Choose a free address with `--metrics-addr` (port 0 picks one).")
+            })?),
+            None => None,
+        };
+        // Stops serving when the run ends, however it ends.
+        let _serving = served.as_ref().map(|(_, task)| AbortOnDrop(task.abort_handle()));
+        let m = served.is_some().then(|| metrics.clone());
         let listener: etlantic_runtime::ProgressListener = Arc::new(move |p: &QueryProgress| {
             if let Ok(mut t) = t.lock() {
                 t.add(p);
+            }
+            if let Some(Ok(mut m)) = m.as_ref().map(|m| m.lock()) {
+                // A query run whole by another system is known by its first record.
+                let m = m.get_or_insert_with(|| {
+                    let ids = etlantic_runtime::status::QueryIds {
+                        application_id: p.application_id.clone(),
+                        query_id: p.id.clone(),
+                        run_id: p.run_id.clone(),
+                    };
+                    crate::metrics::QueryMetrics::new(&ids, p.name.as_deref().unwrap_or_default())
+                });
+                m.observe(p);
             }
             if let Some(u) = &user {
                 u(p);
@@ -190,15 +218,37 @@ pub async fn run_streaming(plan: &PipelinePlan, ctx: &RunContext, run: Streaming
         opts.on_progress = Some(listener);
         opts.stop = run.stop.clone();
         opts.max_batches = run.max_batches;
+        opts.metrics_addr = served.as_ref().map(|(addr, _)| addr.to_string());
         let mut q = etlantic_runtime::StreamingQuery::start(plan, opts).await?;
-        report.run_id = q.run_id().to_string();
-        q.run().await
+        report.identify(&q.ids());
+        if let Some((addr, _)) = &served {
+            if let Ok(mut m) = metrics.lock() {
+                *m = Some(crate::metrics::QueryMetrics::new(&q.ids(), &plan.pipeline));
+            }
+            eprintln!("serving metrics at http://{addr}/metrics");
+        }
+        let span = tracing::info_span!(
+            "query",
+            application_id = q.application_id(),
+            query_id = q.id(),
+            run_id = q.run_id()
+        );
+        tracing::Instrument::instrument(q.run(), span).await
     }
     .await;
     let sources: Vec<&str> = plan.sources.iter().map(|s| s.id.as_str()).collect();
     finish_report(plan, ctx, &mut report, &totals, &sources, result);
     report.duration_ms = started.elapsed().as_millis() as u64;
     report
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Resolves the secret references of `ctx`'s profile.

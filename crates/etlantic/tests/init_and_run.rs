@@ -129,3 +129,81 @@ fn version_and_usage_errors() {
     r.expect_code(exit::INVALID_PIPELINE);
     assert_eq!(error_codes(&r.stdout_json()), vec!["ETL001"]);
 }
+
+/// The windows in the streaming template's sink as `HH:MM page views`, sorted.
+fn windows(p: &Project) -> Vec<String> {
+    let batches =
+        etlantic_sinks::files::read_committed(p.path().join("out/views_per_page")).unwrap();
+    let mut rows = Vec::new();
+    for b in &batches {
+        let mut buf = Vec::new();
+        {
+            let mut w = arrow::json::LineDelimitedWriter::new(&mut buf);
+            w.write(b).unwrap();
+            w.finish().unwrap();
+        }
+        for line in String::from_utf8(buf).unwrap().lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            let start = v["window_start"].as_str().unwrap();
+            let hhmm = &start[start.find('T').unwrap() + 1..][..5];
+            rows.push(format!(
+                "{hhmm} {} {}",
+                v["page"].as_str().unwrap(),
+                v["views"]
+            ));
+        }
+    }
+    rows.sort();
+    rows
+}
+
+fn quarantine_codes(p: &Project) -> Vec<String> {
+    let mut codes: Vec<String> = p
+        .read("out/quarantine.jsonl")
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["code"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    codes.sort();
+    codes
+}
+
+#[test]
+fn the_streaming_template_runs_in_two_steps() {
+    use etlantic::scaffold::{STREAMING_EXPECTED_STEP1, STREAMING_EXPECTED_STEP2, STREAMING_FILES};
+    let p = Project::empty();
+    let init = p.run(&["init", "--template", "streaming"]);
+    init.ok();
+    for (rel, content) in STREAMING_FILES {
+        assert_eq!(&p.read(rel), content, "{rel} as scaffolded");
+    }
+    assert!(init.stdout.contains("samples/step2"), "{}", init.stdout);
+    p.run(&["validate"]).ok();
+
+    // Step 1: two files; the first window closes; the bad time is quarantined.
+    let run = p.run(&["run"]);
+    run.ok();
+    assert_eq!(windows(&p), STREAMING_EXPECTED_STEP1);
+    assert_eq!(quarantine_codes(&p), ["ETL702"]);
+    let status = p.run(&["status", "--format", "json"]);
+    status.ok();
+    let s = status.stdout_json();
+    assert_eq!(s["state"], "stopped");
+    assert_eq!(s["applicationId"], "views-local");
+
+    // Step 2: the third file; the query goes on from its checkpoint.
+    std::fs::rename(
+        p.path().join("samples/step2/003.jsonl"),
+        p.path().join("data/views/003.jsonl"),
+    )
+    .unwrap();
+    p.run(&["run"]).ok();
+    assert_eq!(windows(&p), STREAMING_EXPECTED_STEP2);
+    assert_eq!(quarantine_codes(&p), ["ETL701", "ETL702", "ETL708"]);
+    p.run(&["report", "-o", "report.html"]).ok();
+    assert!(p.exists("report.html"));
+}

@@ -139,6 +139,7 @@ fn run_in_process(dir: &Path) -> etlantic::run::RunReport {
                 on_progress: None,
                 stop: Default::default(),
                 max_batches: None,
+                metrics_addr: None,
             },
         ))
 }

@@ -246,6 +246,23 @@ fn killed_at_every_step_with_its_checkpoint_on_s3_the_restart_loses_and_duplicat
         reference.quarantine.len() as u64,
         "{groups}"
     );
+    // `etlantic status` reads the checkpoint on S3, named by the profile or as a URI.
+    for args in [
+        &["status", "--format", "json"][..],
+        &["status", "s3://chk/uninterrupted/checkpoint", "--format", "json"][..],
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_etlantic"))
+            .current_dir(dir)
+            .args(args)
+            .envs(server.env())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", describe(&o));
+        let s: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(s["state"], "stopped", "{s}");
+        assert_eq!(s["batchesThisRun"], batches, "{s}");
+        assert!(s["checkpointBytes"].as_u64().unwrap() > 0, "{s}");
+    }
     let local_files: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())

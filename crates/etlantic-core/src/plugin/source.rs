@@ -137,6 +137,14 @@ pub trait Source: Send + Sync {
     /// Reads the records after `start` up to and including `end`.
     async fn read(&mut self, start: Option<&Offset>, end: &Offset) -> Result<SourceBatch>;
 
+    /// What the source holds after `position` (the end of the last micro-batch read)
+    /// that the query has not read yet, as far as the source knows it from its last
+    /// [`Source::latest_offset`] — it must not read data or make requests for it; `None`
+    /// (the default) when it cannot tell.
+    fn backlog(&self, _position: Option<&Offset>) -> Option<crate::data::Backlog> {
+        None
+    }
+
     /// Data up to `end` is durably processed; the source may release it.
     async fn commit(&mut self, _end: &Offset) -> Result<()> {
         Ok(())

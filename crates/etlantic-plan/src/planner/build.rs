@@ -252,6 +252,7 @@ impl Planner<'_> {
             description: pl.description.clone(),
             profile: PlanProfile {
                 name: prof.name.clone(),
+                application_id: prof.application_id.clone(),
                 mode,
                 on_error: prof.on_error,
                 quarantine: prof.quarantine_uri().to_string(),

@@ -17,6 +17,8 @@
 //!   sources/<n>/             per-source state (e.g. the files a directory stream has seen)
 //!   progress.jsonl           one StreamingQueryProgress per micro-batch (rotated to
 //!                            progress.1.jsonl at 8 MiB, see `ProgressLog`)
+//!   status.json              the last run: running (with a heartbeat), stopped or
+//!                            failed, and why (see `crate::status`)
 //!   .lock                    held by the running query
 //! ```
 //!
@@ -133,6 +135,11 @@ impl Checkpoint {
     /// Where it is.
     pub fn root(&self) -> &Location {
         &self.root
+    }
+
+    /// Its files (for records kept beside the logs, such as the status record).
+    pub fn storage(&self) -> Arc<dyn Storage> {
+        self.storage.clone()
     }
 
     /// Requests its storage retried after transient failures so far (object stores).

@@ -57,6 +57,11 @@ pub struct Metadata {
     /// checkpoints written before stores could be chosen hold `memory` state.
     #[serde(default = "memory_store")]
     pub state_store: String,
+    /// The application the query belongs to: the profile's `application_id`, else one
+    /// generated when the checkpoint was created (or first opened by a version that
+    /// knows applications) and kept from then on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub application_id: Option<String>,
 }
 
 fn memory_store() -> String {

@@ -133,6 +133,12 @@ impl StreamingQuery {
         Ok(StreamingQuery {
             plan: plan.clone(),
             checkpoint: None,
+            // No checkpoint to keep one in: the profile's, else one for the run.
+            application_id: plan
+                .profile
+                .application_id
+                .clone()
+                .unwrap_or_else(|| run_id.clone()),
             // Sinks know a batch run's rows as micro-batch 0 of the plan: a sink that
             // keys idempotence on (query id, batch id) sees the same plan's runs as one.
             query_id: plan.fingerprint.clone(),

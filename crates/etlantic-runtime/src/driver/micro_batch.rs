@@ -45,6 +45,7 @@ impl StreamingQuery {
             batch_id,
             (&entry.kind, entry.batch_timestamp_ms),
         );
+        progress.application_id = self.application_id.clone();
         if let (Some(cp), false) = (&self.checkpoint, replaying) {
             cp.write_offsets(batch_id, &entry)?;
             // Appending them synced the log: the last commit is durable.
@@ -132,7 +133,11 @@ impl StreamingQuery {
             .map(|s| {
                 let r = entry.sources.get(&s.id);
                 let end = r.and_then(|r| r.end.clone());
+                let backlog = s
+                    .source
+                    .backlog(end.clone().map(etlantic_core::data::Offset).as_ref());
                 SourceProgress {
+                    backlog,
                     source_id: Some(s.id.clone()),
                     description: format!("{} ({})", s.id, s.asset),
                     start_offset: r.and_then(|r| r.start.clone()),
@@ -208,6 +213,7 @@ impl StreamingQuery {
             })
             .collect();
         progress.quarantined_rows = stats.rejected;
+        progress.quarantined_by_code = std::mem::take(&mut stats.rejected_by_code);
         progress.late_rows = stats.late;
         progress.checkpoint_location = self.scrub.text(&redact(&self.opts.checkpoint.to_string()));
         progress.quality = stats
@@ -245,6 +251,9 @@ impl StreamingQuery {
             return Ok(());
         }
         stats.rejected += records.len() as u64;
+        for r in records {
+            *stats.rejected_by_code.entry(r.code.clone()).or_default() += 1;
+        }
         // A batch run's records name no micro-batch: it has one, and no checkpoint.
         let batch = self.checkpoint.as_ref().map(|_| batch_id);
         self.quarantine

@@ -87,6 +87,9 @@ pub struct StreamingOptions {
     /// (default) instead of before the commit. Either way the version is recoverable;
     /// this only moves the snapshot's write out of the micro-batch's critical path.
     pub background_snapshots: bool,
+    /// Where the run serves metrics, if it does: recorded in the status record for
+    /// `etlantic status`.
+    pub metrics_addr: Option<String>,
 }
 
 impl StreamingOptions {
@@ -102,6 +105,7 @@ impl StreamingOptions {
             max_batches: None,
             clock: crate::clock::system_clock(),
             background_snapshots: true,
+            metrics_addr: None,
         }
     }
 }
@@ -173,6 +177,8 @@ struct BatchStats {
     /// Records quarantined in the batch: rejected while decoding, taken out by a quality
     /// rule, or late under the `quarantine` policy.
     rejected: u64,
+    /// Those records by diagnostic code.
+    rejected_by_code: BTreeMap<String, u64>,
     /// Per source: records quarantined (rejected while decoding, or by a quality rule).
     source_quarantined: HashMap<String, u64>,
     /// Per source: rows read that a quality rule took out.
@@ -196,6 +202,8 @@ pub struct StreamingQuery {
     opts: StreamingOptions,
     /// The checkpoint; a batch run has none ([`StreamingQuery::start_batch`]).
     checkpoint: Option<Checkpoint>,
+    /// The application the query belongs to.
+    application_id: String,
     query_id: String,
     run_id: String,
     sources: Vec<SourceRt>,
@@ -250,6 +258,21 @@ impl StreamingQuery {
         &self.run_id
     }
 
+    /// The application the query belongs to: the profile's `application_id`, else the
+    /// one its checkpoint keeps (a batch run: one of its own).
+    pub fn application_id(&self) -> &str {
+        &self.application_id
+    }
+
+    /// The application, query and run ids together.
+    pub fn ids(&self) -> crate::status::QueryIds {
+        crate::status::QueryIds {
+            application_id: self.application_id.clone(),
+            query_id: self.query_id.clone(),
+            run_id: self.run_id.clone(),
+        }
+    }
+
     /// The watermark in force for the next batch (epoch ms).
     pub fn watermark_ms(&self) -> i64 {
         self.watermark.current_ms()
@@ -302,21 +325,57 @@ impl StreamingQuery {
             || self.opts.max_batches.is_some_and(|m| self.batches_run >= m)
     }
 
-    /// Runs the query by its trigger until it finishes (available-now, once) or is stopped.
+    /// Runs the query by its trigger until it finishes (available-now, once) or is stopped,
+    /// keeping the checkpoint's status record (`status.json`, see [`crate::status`]):
+    /// `running` with a heartbeat while it runs, then `stopped` and why, or `failed` and
+    /// its errors (secrets scrubbed).
     pub async fn run(&mut self) -> Result<()> {
+        let status = match &self.checkpoint {
+            Some(cp) => Some(crate::status::StatusWriter::start(
+                cp.storage(),
+                self.ids(),
+                &self.plan.pipeline,
+                self.opts.metrics_addr.clone(),
+            )),
+            None => None,
+        };
+        let result = self.run_by_trigger().await;
+        let closed = match result {
+            Ok(reason) => self.close().await.map(|_| reason),
+            Err(e) => Err(e),
+        };
+        if let Some(status) = status {
+            let ended = match &closed {
+                Ok(reason) => status.end(Ok(reason)),
+                Err(e) => status.end(Err(&self.scrub.error(e.clone()))),
+            };
+            if let Err(e) = ended {
+                tracing::warn!("the status record was not written: {e}");
+            }
+        }
+        closed.map(|_| ())
+    }
+
+    /// Runs micro-batches by the trigger; returns why it stopped.
+    async fn run_by_trigger(&mut self) -> Result<&'static str> {
         match self.plan.profile.trigger.unwrap_or_default() {
             Trigger::AvailableNow => {
                 // A backfill can be long: it stops between micro-batches when asked.
                 while !self.stop_requested() && self.run_once().await? {}
+                if self.stop_requested() {
+                    return Ok(self.stop_reason());
+                }
+                Ok("the available-now trigger processed everything available")
             }
             Trigger::Once => {
                 // One micro-batch with everything available: like Spark's Trigger.Once,
                 // read limits do not apply (available-now is the trigger that keeps them).
                 self.run_batch(true).await?;
+                Ok("the once trigger ran its micro-batch")
             }
             Trigger::ProcessingTime(interval) | Trigger::Continuous(interval) => loop {
                 if self.stop_requested() {
-                    break;
+                    return Ok(self.stop_reason());
                 }
                 let started = Instant::now();
                 self.run_once().await?;
@@ -334,7 +393,15 @@ impl StreamingQuery {
                 }
             },
         }
-        self.close().await
+    }
+
+    /// Why a run asked to stop stopped.
+    fn stop_reason(&self) -> &'static str {
+        if self.opts.stop.load(Ordering::SeqCst) {
+            "stopped on request"
+        } else {
+            "stopped after the micro-batches it was allowed (max_batches)"
+        }
     }
 
     /// Closes sinks (and the stateful operators); makes the last commit durable.

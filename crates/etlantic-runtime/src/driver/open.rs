@@ -266,6 +266,54 @@ fn open_state_stores(
     Ok(())
 }
 
+/// The application of the query: the profile's `application_id`, else the one the
+/// checkpoint keeps, else a new one; the checkpoint's metadata is made to name it.
+fn keep_application_id(
+    plan: &PipelinePlan,
+    checkpoint: &Checkpoint,
+    metadata: &mut Metadata,
+) -> Result<String> {
+    let id = plan
+        .profile
+        .application_id
+        .clone()
+        .or_else(|| metadata.application_id.clone())
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    if metadata.application_id.as_deref() != Some(id.as_str()) {
+        metadata.application_id = Some(id.clone());
+        checkpoint.write_metadata(metadata)?;
+    }
+    Ok(id)
+}
+
+/// What a query opens besides its checkpoint.
+struct Opened {
+    sources: Vec<SourceRt>,
+    statics: Vec<StaticSource>,
+    sinks: Vec<SinkRt>,
+    side_sinks: HashMap<String, usize>,
+    program: Box<dyn crate::engine::MicroBatchProgram>,
+    watermark: WatermarkTracker,
+    quarantine: Quarantine,
+}
+
+/// Records in the status record that run `ids` failed to start with `e` (its secrets
+/// already scrubbed), and gives `e` back.
+fn start_failed(
+    checkpoint: &Checkpoint,
+    ids: crate::status::QueryIds,
+    plan: &PipelinePlan,
+    e: Error,
+) -> Error {
+    let recorded =
+        crate::status::StatusWriter::start(checkpoint.storage(), ids, &plan.pipeline, None)
+            .end(Err(&e));
+    if let Err(w) = recorded {
+        tracing::warn!("the status record was not written: {w}");
+    }
+    e
+}
+
 impl StreamingQuery {
     /// Starts (or resumes) a query: opens the checkpoint, creates sources and sinks,
     /// restores state. Nothing is read yet.
@@ -277,7 +325,7 @@ impl StreamingQuery {
         }
         let checkpoint = Checkpoint::open_at(&opts.checkpoint, &opts.storage_options)?;
         let compat = compatibility_fingerprint(plan);
-        let metadata = match checkpoint.metadata()? {
+        let mut metadata = match checkpoint.metadata()? {
             Some(m) => {
                 if m.compatibility != compat {
                     return Err(Diagnostic::new(
@@ -300,150 +348,184 @@ impl StreamingQuery {
                     compatibility: compat,
                     created_at: Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
                     state_store: plan.profile.state_store.clone(),
+                    application_id: None,
                 };
                 checkpoint.write_metadata(&m)?;
                 m
             }
         };
-        let resolve_uri =
-            |text: &str| -> Result<BindingUri> { BindingUri::parse(&(opts.resolve)(text)?) };
+        let application_id = keep_application_id(plan, &checkpoint, &mut metadata)?;
+        let run_id = uuid::Uuid::new_v4().to_string();
+        let ids = crate::status::QueryIds {
+            application_id: application_id.clone(),
+            query_id: metadata.id.clone(),
+            run_id: run_id.clone(),
+        };
+        // Everything that can fail from here on is recorded in the status record, so
+        // `etlantic status` tells a query that cannot start from one that stopped.
+        let scrub = Scrubber::for_plan(plan, opts.resolve.as_ref());
+        let opened = async {
+            let resolve_uri =
+                |text: &str| -> Result<BindingUri> { BindingUri::parse(&(opts.resolve)(text)?) };
 
-        // Sources.
-        let mut sources = Vec::new();
-        let mut statics = Vec::new();
-        let mut delays = BTreeMap::new();
-        for (n, s) in plan.sources.iter().enumerate() {
-            let resolve = opts.resolve.as_ref();
-            if let Some(refresh) = s.static_refresh {
-                // Read bounded, like a batch run reads it.
-                let source = open_source(
+            // Sources.
+            let mut sources = Vec::new();
+            let mut statics = Vec::new();
+            let mut delays = BTreeMap::new();
+            for (n, s) in plan.sources.iter().enumerate() {
+                let resolve = opts.resolve.as_ref();
+                if let Some(refresh) = s.static_refresh {
+                    // Read bounded, like a batch run reads it.
+                    let source = open_source(
+                        plan,
+                        &s.asset,
+                        resolve,
+                        &opts.root,
+                        ExecutionMode::Batch,
+                        None,
+                        &opts.storage_options,
+                    )?;
+                    statics.push(StaticSource::new(&s.id, source, refresh));
+                    continue;
+                }
+                let mut source = open_source(
                     plan,
                     &s.asset,
                     resolve,
                     &opts.root,
-                    ExecutionMode::Batch,
-                    None,
+                    ExecutionMode::Streaming,
+                    Some(checkpoint.source_state(n)),
                     &opts.storage_options,
                 )?;
-                statics.push(StaticSource::new(&s.id, source, refresh));
-                continue;
+                let gate = QualityGate::for_asset(
+                    plan,
+                    &s.asset,
+                    source.schema(),
+                    source.checks_record_rules(),
+                )?;
+                if let Some(columns) = columns_read(plan, s)?.filter(|_| gate.is_none()) {
+                    source.read_only(&columns);
+                }
+                let event_time = s
+                    .watermark
+                    .and(s.event_time.as_ref().map(|e| e.column.clone()));
+                let measured = match &s.watermark_rows {
+                    Some(v) => Some(MeasuredRows::new(engine.row_filter(
+                        &Expr::decode(v).map_err(|m| {
+                            Error::new(
+                                &codes::PLAN_INVALID,
+                                format!(
+                                    "source `{}`: the rows its watermark is measured on: {m}",
+                                    s.id
+                                ),
+                            )
+                        })?,
+                    )?)),
+                    None => None,
+                };
+                if let (Some(_), Some(d)) = (&event_time, s.watermark) {
+                    delays.insert(s.id.clone(), d.as_millis());
+                }
+                let schema = source.schema();
+                sources.push(SourceRt {
+                    id: s.id.clone(),
+                    asset: s.asset.clone(),
+                    source,
+                    limit: s.read_limit.clone().unwrap_or_default(),
+                    position: None,
+                    info: ProgramSource {
+                        id: s.id.clone(),
+                        schema,
+                        event_time,
+                        delay_us: s.watermark.map(|d| d.as_micros()),
+                        late: s.late_events.clone(),
+                        is_static: false,
+                    },
+                    gate,
+                    measured,
+                });
             }
-            let mut source = open_source(
+            let sinks = open_sinks(
                 plan,
-                &s.asset,
-                resolve,
+                opts.resolve.as_ref(),
                 &opts.root,
                 ExecutionMode::Streaming,
-                Some(checkpoint.source_state(n)),
                 &opts.storage_options,
             )?;
-            let gate = QualityGate::for_asset(
-                plan,
-                &s.asset,
-                source.schema(),
-                source.checks_record_rules(),
-            )?;
-            if let Some(columns) = columns_read(plan, s)?.filter(|_| gate.is_none()) {
-                source.read_only(&columns);
-            }
-            let event_time = s
-                .watermark
-                .and(s.event_time.as_ref().map(|e| e.column.clone()));
-            let measured = match &s.watermark_rows {
-                Some(v) => Some(MeasuredRows::new(engine.row_filter(
-                    &Expr::decode(v).map_err(|m| {
-                        Error::new(
-                            &codes::PLAN_INVALID,
-                            format!(
-                                "source `{}`: the rows its watermark is measured on: {m}",
-                                s.id
-                            ),
-                        )
-                    })?,
-                )?)),
-                None => None,
-            };
-            if let (Some(_), Some(d)) = (&event_time, s.watermark) {
-                delays.insert(s.id.clone(), d.as_millis());
-            }
-            let schema = source.schema();
-            sources.push(SourceRt {
-                id: s.id.clone(),
-                asset: s.asset.clone(),
-                source,
-                limit: s.read_limit.clone().unwrap_or_default(),
-                position: None,
-                info: ProgramSource {
-                    id: s.id.clone(),
-                    schema,
-                    event_time,
-                    delay_us: s.watermark.map(|d| d.as_micros()),
-                    late: s.late_events.clone(),
-                    is_static: false,
-                },
-                gate,
-                measured,
-            });
-        }
-        let sinks = open_sinks(
-            plan,
-            opts.resolve.as_ref(),
-            &opts.root,
-            ExecutionMode::Streaming,
-            &opts.storage_options,
-        )?;
-        let side_sinks: HashMap<String, usize> = sources
-            .iter()
-            .filter_map(|s| match &s.info.late {
-                LatePolicy::SideOutput { sink } => sinks
-                    .iter()
-                    .position(|k| &k.id == sink)
-                    .map(|i| (sink.clone(), i)),
-                _ => None,
-            })
-            .collect();
+            let side_sinks: HashMap<String, usize> = sources
+                .iter()
+                .filter_map(|s| match &s.info.late {
+                    LatePolicy::SideOutput { sink } => sinks
+                        .iter()
+                        .position(|k| &k.id == sink)
+                        .map(|i| (sink.clone(), i)),
+                    _ => None,
+                })
+                .collect();
 
-        // Program.
-        let mut program_sources: Vec<ProgramSource> =
-            sources.iter().map(|s| s.info.clone()).collect();
-        for (st, s) in statics
-            .iter()
-            .zip(plan.sources.iter().filter(|s| s.static_refresh.is_some()))
-        {
-            program_sources.push(ProgramSource {
-                id: st.id.clone(),
-                schema: plan.asset_contract(&s.asset)?.arrow_schema(),
-                event_time: None,
-                delay_us: None,
-                late: LatePolicy::Drop,
-                is_static: true,
-            });
+            // Program.
+            let mut program_sources: Vec<ProgramSource> =
+                sources.iter().map(|s| s.info.clone()).collect();
+            for (st, s) in statics
+                .iter()
+                .zip(plan.sources.iter().filter(|s| s.static_refresh.is_some()))
+            {
+                program_sources.push(ProgramSource {
+                    id: st.id.clone(),
+                    schema: plan.asset_contract(&s.asset)?.arrow_schema(),
+                    event_time: None,
+                    delay_us: None,
+                    late: LatePolicy::Drop,
+                    is_static: true,
+                });
+            }
+            let program = engine.compile(ProgramContext {
+                plan,
+                sources: program_sources,
+                root: &opts.root,
+                resolve: &resolve_uri,
+            })?;
+            let mut program = program;
+            open_state_stores(plan, &opts, &checkpoint, &metadata, program.as_mut())?;
+            let watermark = WatermarkTracker::new(delays, plan.profile.watermark_policy);
+            let quarantine = Quarantine::new(
+                crate::quarantine::quarantine_location(
+                    &(opts.resolve)(&plan.profile.quarantine)?,
+                    &opts.root,
+                )?,
+                opts.storage_options.clone(),
+                scrub.clone(),
+                &run_id,
+                Some(&metadata.id),
+                plan.profile.on_error,
+            );
+            Ok(Opened {
+                sources,
+                statics,
+                sinks,
+                side_sinks,
+                program,
+                watermark,
+                quarantine,
+            })
         }
-        let program = engine.compile(ProgramContext {
-            plan,
-            sources: program_sources,
-            root: &opts.root,
-            resolve: &resolve_uri,
-        })?;
-        let mut program = program;
-        open_state_stores(plan, &opts, &checkpoint, &metadata, program.as_mut())?;
-        let watermark = WatermarkTracker::new(delays, plan.profile.watermark_policy);
-        let run_id = uuid::Uuid::new_v4().to_string();
-        let scrub = Scrubber::for_plan(plan, opts.resolve.as_ref());
-        let quarantine = Quarantine::new(
-            crate::quarantine::quarantine_location(
-                &(opts.resolve)(&plan.profile.quarantine)?,
-                &opts.root,
-            )?,
-            opts.storage_options.clone(),
-            scrub.clone(),
-            &run_id,
-            Some(&metadata.id),
-            plan.profile.on_error,
-        );
+        .await;
+        let Opened {
+            sources,
+            statics,
+            sinks,
+            side_sinks,
+            program,
+            watermark,
+            quarantine,
+        } = match opened {
+            Ok(o) => o,
+            Err(e) => return Err(start_failed(&checkpoint, ids, plan, scrub.error(e))),
+        };
         let mut q = StreamingQuery {
             plan: plan.clone(),
             checkpoint: Some(checkpoint),
+            application_id,
             query_id: metadata.id,
             run_id,
             sources,
@@ -470,8 +552,13 @@ impl StreamingQuery {
             pending_release: Vec::new(),
             opts,
         };
-        q.recover()?;
-        q.rebuild_state().await?;
-        Ok(q)
+        let recovered = match q.recover() {
+            Ok(()) => q.rebuild_state().await,
+            Err(e) => Err(e),
+        };
+        match recovered {
+            Ok(()) => Ok(q),
+            Err(e) => Err(start_failed(q.checkpoint()?, ids, plan, q.scrub.error(e))),
+        }
     }
 }

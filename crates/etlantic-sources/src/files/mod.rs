@@ -74,7 +74,7 @@ pub use seen_log::{LogEntry, LoggedFile, SeenLog};
 
 use crate::decode::ContractDecoder;
 use crate::fsutil::io_error;
-use etlantic_core::data::{Offset, RejectedRecord, SourcePosition};
+use etlantic_core::data::{Backlog, Offset, RejectedRecord, SourcePosition};
 use etlantic_core::diagnostics::{codes, Error, Result};
 use etlantic_core::guarantee::SourceGuarantee;
 use etlantic_core::plugin::{option_names, BindingOption};
@@ -342,6 +342,8 @@ pub struct FileSource {
     log: Option<SeenLog>,
     /// The files limit of the last `latest_offset` (a stream's read-ahead takes as many).
     last_limit: Option<usize>,
+    /// Files the last `latest_offset` found but left for later micro-batches.
+    waiting: Option<Backlog>,
     /// The next micro-batch's files, being decoded while the current one is processed.
     read_ahead: Option<ReadAhead>,
     /// The columns the pipeline reads ([`Source::read_only`]); Parquet files skip the
@@ -541,6 +543,7 @@ impl FileSource {
             decoder,
             log,
             last_limit: None,
+            waiting: None,
             read_ahead: None,
             columns_read: None,
         })
@@ -761,13 +764,19 @@ impl Source for FileSource {
                 }
             };
             let seen_set: HashSet<&str> = seen.iter().map(String::as_str).collect();
-            let new: Vec<String> = self
+            let mut new: Vec<(String, u64)> = self
                 .list()?
                 .into_iter()
-                .map(|(name, _)| name)
-                .filter(|n| !seen_set.contains(n.as_str()))
-                .take(max.unwrap_or(usize::MAX))
+                .filter(|(n, _)| !seen_set.contains(n.as_str()))
+                .map(|(n, meta)| (n, meta.size))
                 .collect();
+            let waiting = new.split_off(max.unwrap_or(usize::MAX).min(new.len()));
+            self.waiting = Some(Backlog {
+                records: None,
+                files: Some(waiting.len() as u64),
+                bytes: Some(waiting.iter().map(|(_, size)| size).sum()),
+            });
+            let new: Vec<String> = new.into_iter().map(|(n, _)| n).collect();
             if new.is_empty() {
                 return Ok(start.cloned());
             }
@@ -800,10 +809,9 @@ impl Source for FileSource {
             // Already assigned (e.g. before a restart): hand out the next logged index.
             return Ok(Some(Offset(json!({ "index": next }))));
         }
-        let new: Vec<LoggedFile> = listed
+        let mut new: Vec<LoggedFile> = listed
             .into_iter()
             .filter(|(name, _)| !log.contains(name))
-            .take(max.unwrap_or(usize::MAX))
             .map(|(name, meta)| LoggedFile {
                 path: name,
                 size: meta.size,
@@ -811,11 +819,23 @@ impl Source for FileSource {
                 version: meta.version,
             })
             .collect();
+        let waiting = new.split_off(max.unwrap_or(usize::MAX).min(new.len()));
+        self.waiting = Some(Backlog {
+            records: None,
+            files: Some(waiting.len() as u64),
+            bytes: Some(waiting.iter().map(|f| f.size).sum()),
+        });
         if new.is_empty() {
             return Ok(start.cloned());
         }
         log.append(next, new)?;
         Ok(Some(Offset(json!({ "index": next }))))
+    }
+
+    fn backlog(&self, _position: Option<&Offset>) -> Option<Backlog> {
+        // Files found by the last listing beyond the micro-batch's limit (files already
+        // assigned to a later index, after a restart, are read next and not counted).
+        self.waiting
     }
 
     async fn read(&mut self, start: Option<&Offset>, end: &Offset) -> Result<SourceBatch> {

@@ -96,7 +96,7 @@
 //! made from the source's async methods; they are bounded by timeouts.
 
 use crate::decode::ContractDecoder;
-use etlantic_core::data::{DataLoss, Offset};
+use etlantic_core::data::{Backlog, DataLoss, Offset};
 use etlantic_core::diagnostics::{codes, Error, Result};
 use etlantic_core::guarantee::SourceGuarantee;
 use etlantic_core::plugin::BindingOption;
@@ -200,6 +200,9 @@ pub struct KafkaSource {
     /// Whether the contract has a metadata column (`kafka_key`, ...) of the `json`
     /// format: without one, a record's value is all the decoder reads.
     json_metadata: bool,
+    /// The partitions' end offsets as the last `latest_offset` found them: what
+    /// [`Source::backlog`] measures the query's position against.
+    ends: BTreeMap<(String, i32), i64>,
 }
 
 impl std::fmt::Debug for KafkaSource {
@@ -275,6 +278,7 @@ impl KafkaSource {
             state,
             initial,
             json_metadata,
+            ends: BTreeMap::new(),
         })
     }
 }
@@ -298,6 +302,7 @@ impl Source for KafkaSource {
         let parts = self.partitions()?;
         let begin = self.begin(start, &parts)?;
         let highs = self.edge_offsets(&parts, KOffset::End)?;
+        self.ends = highs.clone();
         let mut keys = Vec::new();
         let mut wants = Vec::new();
         for (t, ps) in &begin {
@@ -324,6 +329,22 @@ impl Source for KafkaSource {
             end.entry(t).or_default().insert(p, b + g as i64);
         }
         Ok(Some(to_offset(&end)))
+    }
+
+    fn backlog(&self, position: Option<&Offset>) -> Option<Backlog> {
+        let position = parse_offset(position?).ok()?;
+        let records = self
+            .ends
+            .iter()
+            .filter_map(|((t, p), end)| {
+                let at = position.get(t)?.get(p)?;
+                Some(end.saturating_sub(*at).max(0) as u64)
+            })
+            .sum();
+        Some(Backlog {
+            records: Some(records),
+            ..Default::default()
+        })
     }
 
     async fn read(&mut self, start: Option<&Offset>, end: &Offset) -> Result<SourceBatch> {
