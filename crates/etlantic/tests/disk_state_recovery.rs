@@ -139,19 +139,9 @@ fn run_ok(dir: &Path) {
 /// The committed sink rows as a sorted multiset of `user@ts` strings.
 fn committed(dir: &Path) -> Vec<String> {
     let batches = etlantic_sinks::files::read_committed(dir.join("out/unique")).unwrap();
-    let mut buf = Vec::new();
-    {
-        let mut w = arrow::json::LineDelimitedWriter::new(&mut buf);
-        for b in &batches {
-            w.write(b).unwrap();
-        }
-        w.finish().unwrap();
-    }
-    let mut rows: Vec<String> = String::from_utf8(buf)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let v: Value = serde_json::from_str(l).unwrap();
+    let mut rows: Vec<String> = common::json_rows(&batches)
+        .iter()
+        .map(|v| {
             let ts = chrono::DateTime::parse_from_rfc3339(v["ts"].as_str().unwrap()).unwrap();
             format!("{}@{}", v["user"].as_str().unwrap(), ts.format("%M:%S"))
         })

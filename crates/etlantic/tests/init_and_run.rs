@@ -134,25 +134,14 @@ fn version_and_usage_errors() {
 fn windows(p: &Project) -> Vec<String> {
     let batches =
         etlantic_sinks::files::read_committed(p.path().join("out/views_per_page")).unwrap();
-    let mut rows = Vec::new();
-    for b in &batches {
-        let mut buf = Vec::new();
-        {
-            let mut w = arrow::json::LineDelimitedWriter::new(&mut buf);
-            w.write(b).unwrap();
-            w.finish().unwrap();
-        }
-        for line in String::from_utf8(buf).unwrap().lines() {
-            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+    let mut rows: Vec<String> = json_rows(&batches)
+        .iter()
+        .map(|v| {
             let start = v["window_start"].as_str().unwrap();
             let hhmm = &start[start.find('T').unwrap() + 1..][..5];
-            rows.push(format!(
-                "{hhmm} {} {}",
-                v["page"].as_str().unwrap(),
-                v["views"]
-            ));
-        }
-    }
+            format!("{hhmm} {} {}", v["page"].as_str().unwrap(), v["views"])
+        })
+        .collect();
     rows.sort();
     rows
 }

@@ -218,6 +218,16 @@ fn sample(body: &str, name: &str, labels: &[&str]) -> Option<f64> {
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
 }
 
+/// A query process that a failed assertion must not leave running.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[test]
 fn a_running_query_serves_prometheus_metrics_and_shows_as_running() {
     let p = common::Project::empty();
@@ -229,13 +239,16 @@ fn a_running_query_serves_prometheus_metrics_and_shows_as_running() {
             "trigger: processing_time 100 milliseconds",
         ),
     );
-    let mut child = Command::new(BIN)
-        .args(["run", "--metrics-addr", "127.0.0.1:0"])
-        .current_dir(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = KillOnDrop(
+        Command::new(BIN)
+            .args(["run", "--metrics-addr", "127.0.0.1:0"])
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let child = &mut child.0;
     // The address the server bound (port 0: any free one).
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
     let mut addr = None;

@@ -249,7 +249,12 @@ fn killed_at_every_step_with_its_checkpoint_on_s3_the_restart_loses_and_duplicat
     // `etlantic status` reads the checkpoint on S3, named by the profile or as a URI.
     for args in [
         &["status", "--format", "json"][..],
-        &["status", "s3://chk/uninterrupted/checkpoint", "--format", "json"][..],
+        &[
+            "status",
+            "s3://chk/uninterrupted/checkpoint",
+            "--format",
+            "json",
+        ][..],
     ] {
         let o = Command::new(env!("CARGO_BIN_EXE_etlantic"))
             .current_dir(dir)

@@ -123,16 +123,10 @@ fn embedded_rows(dir: &Path) -> Vec<String> {
 
 /// Arrow batches as a sorted multiset of canonical rows.
 fn rows_of(batches: &[arrow::array::RecordBatch]) -> Vec<String> {
-    let mut rows = Vec::new();
-    for b in batches {
-        let mut buf = Vec::new();
-        {
-            let mut w = arrow::json::LineDelimitedWriter::new(&mut buf);
-            w.write(b).unwrap();
-            w.finish().unwrap();
-        }
-        rows.extend(String::from_utf8(buf).unwrap().lines().map(canonical));
-    }
+    let mut rows: Vec<String> = common::json_rows(batches)
+        .iter()
+        .map(|v| canonical(&v.to_string()))
+        .collect();
     rows.sort();
     rows
 }

@@ -233,16 +233,10 @@ fn canonical(line: &str) -> String {
 /// The committed sink rows as a sorted multiset of canonical JSON strings.
 fn committed(dir: &Path) -> Vec<String> {
     let batches = etlantic_sinks::files::read_committed(dir.join("out/sessions")).unwrap();
-    let mut rows = Vec::new();
-    for b in &batches {
-        let mut buf = Vec::new();
-        {
-            let mut w = arrow::json::LineDelimitedWriter::new(&mut buf);
-            w.write(b).unwrap();
-            w.finish().unwrap();
-        }
-        rows.extend(String::from_utf8(buf).unwrap().lines().map(canonical));
-    }
+    let mut rows: Vec<String> = common::json_rows(&batches)
+        .iter()
+        .map(|v| canonical(&v.to_string()))
+        .collect();
     rows.sort();
     rows
 }

@@ -37,24 +37,7 @@ fn project(dir: &Path) {
 
 /// The committed sink rows as a sorted multiset of canonical JSON strings.
 fn committed(dir: &Path) -> Vec<String> {
-    let batches = etlantic_sinks::files::read_committed(dir.join("out/counts")).unwrap();
-    let mut rows = Vec::new();
-    for b in &batches {
-        let mut buf = Vec::new();
-        {
-            let mut w = arrow::json::LineDelimitedWriter::new(&mut buf);
-            w.write(b).unwrap();
-            w.finish().unwrap();
-        }
-        rows.extend(
-            String::from_utf8(buf)
-                .unwrap()
-                .lines()
-                .map(canonical_window),
-        );
-    }
-    rows.sort();
-    rows
+    canonical_window_rows(&etlantic_sinks::files::read_committed(dir.join("out/counts")).unwrap())
 }
 
 fn read(path: &Path) -> Option<String> {

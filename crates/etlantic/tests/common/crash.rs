@@ -285,18 +285,9 @@ pub fn canonical_window(line: &str) -> String {
 
 /// Window rows of Arrow batches as a sorted multiset of [`canonical_window`] strings.
 pub fn canonical_window_rows(batches: &[arrow::array::RecordBatch]) -> Vec<String> {
-    let mut buf = Vec::new();
-    {
-        let mut w = arrow::json::LineDelimitedWriter::new(&mut buf);
-        for b in batches {
-            w.write(b).unwrap();
-        }
-        w.finish().unwrap();
-    }
-    let mut rows: Vec<String> = String::from_utf8(buf)
-        .unwrap()
-        .lines()
-        .map(canonical_window)
+    let mut rows: Vec<String> = super::json_rows(batches)
+        .iter()
+        .map(|v| canonical_window(&v.to_string()))
         .collect();
     rows.sort();
     rows

@@ -469,3 +469,20 @@ pub fn logged_commit(chk: &Path, n: u64) -> Option<Value> {
         .get(&n)
         .map(|e| serde_json::to_value(e).expect("serialisable"))
 }
+
+/// Arrow batches as JSON rows (one object per row), as arrow's JSON writer writes them.
+pub fn json_rows(batches: &[arrow::array::RecordBatch]) -> Vec<Value> {
+    let mut buf = Vec::new();
+    {
+        let mut w = arrow::json::LineDelimitedWriter::new(&mut buf);
+        for b in batches {
+            w.write(b).unwrap();
+        }
+        w.finish().unwrap();
+    }
+    String::from_utf8(buf)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
