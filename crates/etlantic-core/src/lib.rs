@@ -30,6 +30,7 @@ pub mod ir;
 pub mod model;
 pub mod plugin;
 pub mod profile;
+pub mod read_progress;
 pub mod storage;
 pub mod streaming;
 pub mod untrusted;

@@ -139,9 +139,72 @@ pub struct Profile {
     /// `${env:VAR}`): a plain one is `ETL602`.
     #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
     pub storage_options: IndexMap<String, String>,
+    /// Where the runs' OpenLineage events go (see [`LineageConfig`]); unset, none are
+    /// sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lineage: Option<LineageConfig>,
     /// Extensions (`x-...` keys), kept but not interpreted.
     #[serde(flatten)]
     pub extensions: IndexMap<String, serde_yaml::Value>,
+}
+
+/// Where a pipeline's OpenLineage run events go (profile `lineage`): `START` when a run
+/// starts, `RUNNING` after micro-batches, `COMPLETE`, `ABORT` or `FAIL` at its end.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LineageConfig {
+    /// `file://PATH` (one JSON event per line, appended; relative to the project) or
+    /// `http(s)://HOST/api/v1/lineage` (one POST per event: Marquez's API and any
+    /// OpenLineage HTTP endpoint). May hold secret references.
+    pub url: String,
+    /// The jobs' namespace (default: the profile's `application_id`, else `etlantic`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Sent as `Authorization: Bearer <key>` over HTTP; must be a reference
+    /// (`${secret:NAME}`, `${env:VAR}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key: Option<String>,
+    /// The least time between two `RUNNING` events of a streaming run (default 60
+    /// seconds; `0 seconds`: after every micro-batch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running_interval: Option<Duration>,
+}
+
+impl LineageConfig {
+    /// Diagnostics for a URL that is neither `file://` nor `http(s)://`, and a plain-text
+    /// API key.
+    fn validate(&self, origin: &str, d: &mut Diagnostics) {
+        let scheme_ok = ["file://", "http://", "https://"]
+            .iter()
+            .any(|s| self.url.starts_with(s) && self.url.len() > s.len());
+        if !scheme_ok {
+            d.push(
+                Diagnostic::new(
+                    &codes::BAD_URI,
+                    format!(
+                        "the lineage url `{}` is neither file:// nor http(s)://",
+                        uri::redact(&self.url)
+                    ),
+                )
+                .at("lineage.url")
+                .in_file(origin)
+                .help("Use `file://out/lineage.jsonl` (JSON lines) or `http://HOST:5000/api/v1/lineage` (Marquez)."),
+            );
+        }
+        if let Some(key) = &self.api_key {
+            if !uri::is_secret_reference(key) {
+                d.push(
+                    Diagnostic::new(
+                        &codes::SECRET_IN_PLAIN,
+                        "the lineage `api_key` is in plain text",
+                    )
+                    .at("lineage.api_key")
+                    .in_file(origin)
+                    .help("Name a secret (`api_key: ${secret:marquez}`) and give its value in the environment."),
+                );
+            }
+        }
+    }
 }
 
 fn api_version() -> String {
@@ -206,6 +269,7 @@ impl Profile {
             state_memory_limit: None,
             state_snapshot_every: None,
             state_local_dir: None,
+            lineage: None,
             quality_policies: IndexMap::new(),
             secrets: IndexMap::new(),
             storage_options: IndexMap::new(),
@@ -348,6 +412,9 @@ impl Profile {
                     .help("Use letters, digits, `.`, `_`, `-` and `:` (at most 128), e.g. `orders-prod`."),
                 );
             }
+        }
+        if let Some(l) = &self.lineage {
+            l.validate(origin, &mut d);
         }
         if self.state_store.trim().is_empty() {
             d.push(

@@ -14,6 +14,7 @@
 #![warn(missing_docs)]
 
 pub mod capability;
+pub mod column_lineage;
 pub mod diff;
 pub mod event_time;
 pub mod explain;

@@ -82,6 +82,9 @@ pub struct PlanProfile {
     /// `etlantic_core::profile::Profile::application_id`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub application_id: Option<String>,
+    /// Where the runs' OpenLineage events go.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lineage: Option<etlantic_core::profile::LineageConfig>,
     /// Batch or streaming.
     pub mode: ExecutionMode,
     /// Bad-record policy.

@@ -292,6 +292,10 @@ pub struct SourceProgress {
     /// `numInputRows` less these went on to the transformations.
     #[serde(skip_serializing_if = "is_zero")]
     pub num_rows_ruled_out: u64,
+    /// Records its decoder quarantined for breaking a record rule of its contract
+    /// (range, length, pattern), by rule id (ETLantic's).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub quarantined_by_rule: std::collections::BTreeMap<String, u64>,
     /// Members of a record written by another system.
     #[serde(flatten)]
     pub extra: Map<String, Value>,

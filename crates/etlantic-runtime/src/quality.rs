@@ -658,3 +658,122 @@ fn cell_text(col: &ArrayRef, row: usize) -> String {
     }
     arrow::util::display::array_value_to_string(col, row).unwrap_or_else(|_| "?".into())
 }
+
+/// The record rule of `rules` (a source contract's) that a decoder's `ETL704` rejection
+/// broke: the rule on the record's field, told apart by the check its reason names when
+/// the field has several (range, length, pattern). `None` for other rejections.
+pub fn record_rule_of<'a>(rules: &'a [Rule], r: &RejectedRecord) -> Option<&'a str> {
+    if r.code != codes::RECORD_RULE_VIOLATION.code {
+        return None;
+    }
+    let field = r.field.as_deref()?;
+    let on_field: Vec<&Rule> = rules
+        .iter()
+        .filter(|x| x.scope() == Scope::Record && x.field.as_deref() == Some(field))
+        .collect();
+    if let [only] = on_field.as_slice() {
+        return Some(&only.id);
+    }
+    // The decoder's messages: "does not match the pattern", "… characters, fewer/more
+    // than the … length", else a bound ("below the minimum", "above the maximum").
+    let check = if r.reason.contains("does not match the pattern") {
+        "pattern"
+    } else if r.reason.contains(" characters, ") && r.reason.contains(" length ") {
+        "length"
+    } else {
+        "range"
+    };
+    on_field
+        .into_iter()
+        .find(|x| x.check.name() == check)
+        .map(|x| x.id.as_str())
+}
+
+#[cfg(test)]
+mod record_rule_tests {
+    use super::*;
+    use etlantic_core::contract::rules::Threshold;
+
+    fn rule(id: &str, field: &str, check: Check) -> Rule {
+        Rule {
+            id: id.into(),
+            field: Some(field.into()),
+            check,
+            threshold: Threshold::zero(),
+            unit: MeasureUnit::default(),
+            declared_policy: None,
+            path: String::new(),
+            description: None,
+        }
+    }
+
+    fn rejected(code: &str, field: &str, reason: &str) -> RejectedRecord {
+        RejectedRecord {
+            code: code.into(),
+            reason: reason.into(),
+            field: Some(field.into()),
+            position: SourcePosition::default(),
+            raw: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_rejection_is_counted_against_the_record_rule_it_broke() {
+        let rules = [
+            rule(
+                "o.code.length",
+                "code",
+                Check::Length {
+                    min: Some(2),
+                    max: None,
+                },
+            ),
+            rule(
+                "o.code.pattern",
+                "code",
+                Check::Pattern {
+                    pattern: "^[a-z]+$".into(),
+                },
+            ),
+            rule(
+                "o.amount.range",
+                "amount",
+                Check::Range {
+                    minimum: Some(0.0),
+                    maximum: None,
+                    exclusive_minimum: None,
+                    exclusive_maximum: None,
+                },
+            ),
+        ];
+        let v = codes::RECORD_RULE_VIOLATION.code;
+        let of = |r: RejectedRecord| record_rule_of(&rules, &r).map(str::to_string);
+        assert_eq!(
+            of(rejected(
+                v,
+                "amount",
+                "field `amount`: value -1 is below the minimum 0"
+            )),
+            Some("o.amount.range".into())
+        );
+        assert_eq!(
+            of(rejected(
+                v,
+                "code",
+                "field `code`: value \"A1\" does not match the pattern `^[a-z]+$`"
+            )),
+            Some("o.code.pattern".into())
+        );
+        assert_eq!(
+            of(rejected(
+                v,
+                "code",
+                "field `code`: value \"a\" has 1 characters, fewer than the minimum length 2"
+            )),
+            Some("o.code.length".into())
+        );
+        // Not a record rule's rejection, or no rule on the field.
+        assert_eq!(of(rejected("ETL702", "amount", "not a number")), None);
+        assert_eq!(of(rejected(v, "other", "below the minimum")), None);
+    }
+}

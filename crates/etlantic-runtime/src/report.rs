@@ -23,6 +23,10 @@ pub struct SourceReport {
     /// on without (e.g. Kafka's `failOnDataLoss=false`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub data_loss: Vec<DataLoss>,
+    /// Of the records quarantined, those that broke a record rule of the contract
+    /// (range, length, pattern), by rule id.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub quarantined_by_rule: std::collections::BTreeMap<String, u64>,
 }
 
 /// Counts for one sink.
@@ -177,8 +181,17 @@ impl RunReport {
 /// A run's counts so far, summed from its progress records.
 #[derive(Debug, Default)]
 pub struct RunTotals {
-    /// Per source id: (rows that passed, quarantined, data loss).
-    sources: HashMap<String, (u64, u64, Vec<DataLoss>)>,
+    /// Per source id: (rows that passed, quarantined, data loss, quarantined by rule).
+    #[allow(clippy::type_complexity)]
+    sources: HashMap<
+        String,
+        (
+            u64,
+            u64,
+            Vec<DataLoss>,
+            std::collections::BTreeMap<String, u64>,
+        ),
+    >,
     /// Per sink id, in the order first seen: (rows, rows unknown).
     sinks: Vec<(String, u64, bool)>,
     quarantined: u64,
@@ -197,6 +210,9 @@ impl RunTotals {
             e.0 += s.num_input_rows.saturating_sub(s.num_rows_ruled_out);
             e.1 += s.num_quarantined_rows;
             e.2.extend(s.data_loss.iter().cloned());
+            for (rule, n) in &s.quarantined_by_rule {
+                *e.3.entry(rule.clone()).or_default() += n;
+            }
         }
         // A record with each sink on its own, or (a whole-query backend's) the sinks
         // together, named by their joined ids.
@@ -235,12 +251,14 @@ impl RunTotals {
         report.sources = sources
             .iter()
             .map(|id| {
-                let (rows, rejected, lost) = self.sources.get(*id).cloned().unwrap_or_default();
+                let (rows, rejected, lost, by_rule) =
+                    self.sources.get(*id).cloned().unwrap_or_default();
                 SourceReport {
                     id: id.to_string(),
                     rows,
                     rejected,
                     data_loss: lost,
+                    quarantined_by_rule: by_rule,
                 }
             })
             .collect();
@@ -315,7 +333,7 @@ mod tests {
                     id: "orders".into(),
                     rows: 13,
                     rejected: 4,
-                    data_loss: vec![]
+                    ..Default::default()
                 },
                 SourceReport {
                     id: "other".into(),

@@ -190,6 +190,7 @@ fn main() {
             stop: Default::default(),
             max_batches: None,
             metrics_addr: None,
+            progress: None,
         },
     ));
     let secs = started.elapsed().as_secs_f64();

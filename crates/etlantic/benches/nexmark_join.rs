@@ -216,6 +216,7 @@ async fn stream(events: u64, per_batch: u64, work: &std::path::Path) -> Value {
             stop: Default::default(),
             max_batches: None,
             metrics_addr: None,
+            progress: None,
         },
     )
     .await;

@@ -113,6 +113,7 @@ fn run(
             stop: Default::default(),
             max_batches: Some(batches),
             metrics_addr: None,
+            progress: None,
         },
     ));
     println!("run {}: {}", report.run_id, report.status);

@@ -393,6 +393,7 @@ pub async fn redrive(
             stop: Default::default(),
             max_batches: None,
             metrics_addr: None,
+            progress: None,
         },
     )
     .await;

@@ -7,7 +7,8 @@ use etlantic::exit;
 use etlantic::generate::{generate, Standard};
 use etlantic::plan::plan::PipelinePlan;
 use etlantic::plan::{plan, Project};
-use etlantic::run::{run_batch, RunContext};
+use etlantic::progress_view::{self, ProgressView};
+use etlantic::run::RunContext;
 use etlantic_core::diagnostics::{render, Diagnostics, OutputFormat};
 use std::path::{Path, PathBuf};
 
@@ -926,22 +927,40 @@ fn run_plan(
     let report = if p.profile.mode == etlantic_core::streaming::ExecutionMode::Streaming {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let human = matches!(format, Format::Human);
+        // A trigger that ends (a backfill) shows how far it is; one that runs on does not.
+        let ends = matches!(
+            p.profile.trigger.unwrap_or_default(),
+            etlantic_core::streaming::Trigger::AvailableNow
+                | etlantic_core::streaming::Trigger::Once
+        ) && max_batches.is_none();
+        let view = (human && ends).then(|| ProgressView::new(progress_view::Style::detect(), true));
+        let shown = view.clone();
         let on_progress: etlantic_runtime::ProgressListener = std::sync::Arc::new(
             move |p: &etlantic_runtime::progress::QueryProgress| {
                 if !human {
                     eprintln!("{}", p.to_json());
                     return;
                 }
+                let say = |line: String| match &shown {
+                    Some(v) => v.println(&line),
+                    None => eprintln!("{line}"),
+                };
+                if let Some(v) = &shown {
+                    v.batch_done(p);
+                }
                 let wm = p.event_time.watermark.as_deref().unwrap_or("-");
                 let state: u64 = p.state_operators.iter().map(|o| o.num_rows_total).sum();
-                eprintln!(
+                say(format!(
                     "batch {:>5} {:<7} in {:>6} rows  out {:>6} rows  quarantined {:>4}  late {:>4}  state {:>7} rows  watermark {wm}  {} ms",
                     p.batch_id, p.kind, p.num_input_rows, p.sink.num_output_rows,
                     p.quarantined_rows, p.late_rows, state, p.batch_duration
-                );
+                ));
                 for s in &p.sources {
                     for l in &s.data_loss {
-                        eprintln!("warning: data loss in {}: {}", s.description, l.reason);
+                        say(format!(
+                            "warning: data loss in {}: {}",
+                            s.description, l.reason
+                        ));
                     }
                 }
             },
@@ -949,8 +968,8 @@ fn run_plan(
         let s = stop.clone();
         let rt = runtime();
         rt.spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                eprintln!("stopping after the current micro-batch (Ctrl-C)");
+            if let Some(signal) = stop_signal().await {
+                eprintln!("stopping after the current micro-batch ({signal})");
                 s.store(true, std::sync::atomic::Ordering::SeqCst);
             }
         });
@@ -962,10 +981,13 @@ fn run_plan(
                 stop,
                 max_batches,
                 metrics_addr,
+                progress: view,
             },
         ))
     } else {
-        runtime().block_on(run_batch(p, &ctx))
+        let view = matches!(format, Format::Human)
+            .then(|| ProgressView::new(progress_view::Style::detect(), false));
+        runtime().block_on(etlantic::run::run_batch_with(p, &ctx, view))
     };
     match format {
         Format::Human => {
@@ -1015,5 +1037,24 @@ fn run_plan(
         exit::OK
     } else {
         exit::EXECUTION_FAILED
+    }
+}
+
+/// Waits for Ctrl-C (SIGINT) or, on Unix, SIGTERM (what a container orchestrator sends):
+/// both stop a streaming query after its current micro-batch. `None` when no signal can
+/// be listened to.
+async fn stop_signal() -> Option<&'static str> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).ok()?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r.ok().map(|_| "Ctrl-C"),
+            _ = term.recv() => Some("SIGTERM"),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        tokio::signal::ctrl_c().await.ok().map(|_| "Ctrl-C")
     }
 }

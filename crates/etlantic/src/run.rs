@@ -5,6 +5,8 @@
 //! fingerprint — and reconstructs everything it needs (contracts, DTCS plans) from the
 //! plan itself, so a saved plan runs without the original files.
 
+use crate::openlineage::LineageRun;
+use crate::progress_view::ProgressView;
 use chrono::{SecondsFormat, Utc};
 use etlantic_core::diagnostics::{codes, Error, Result};
 use etlantic_core::profile::{resolve_secrets, Profile};
@@ -75,25 +77,19 @@ pub fn new_run_id() -> String {
 /// Runs a batch plan: one bounded micro-batch of the runtime's driver, with no
 /// checkpoint (see [`etlantic_runtime::StreamingQuery::start_batch`]).
 pub async fn run_batch(plan: &PipelinePlan, ctx: &RunContext) -> RunReport {
+    run_batch_with(plan, ctx, None).await
+}
+
+/// [`run_batch`], showing the progress of its reads in `progress`.
+pub async fn run_batch_with(
+    plan: &PipelinePlan,
+    ctx: &RunContext,
+    progress: Option<Arc<ProgressView>>,
+) -> RunReport {
     let started = Instant::now();
     let started_at = Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true);
     let mut report = RunReport::new(plan, &new_run_id(), &started_at);
     let totals = Arc::new(Mutex::new(RunTotals::default()));
-    let result: Result<()> = async {
-        let mut opts = etlantic_runtime::BatchOptions::new(ctx.root.clone());
-        opts.storage_options = storage_options(plan, ctx)?;
-        opts.resolve = resolver(ctx);
-        let t = totals.clone();
-        opts.on_progress = Some(Arc::new(move |p: &QueryProgress| {
-            if let Ok(mut t) = t.lock() {
-                t.add(p);
-            }
-        }));
-        let mut q = etlantic_runtime::StreamingQuery::start_batch(plan, opts).await?;
-        report.identify(&q.ids());
-        q.run_bounded().await.map(|_| ())
-    }
-    .await;
     let in_place = RegionsProgram::in_place_sources(plan);
     let sources: Vec<&str> = plan
         .sources
@@ -101,9 +97,98 @@ pub async fn run_batch(plan: &PipelinePlan, ctx: &RunContext) -> RunReport {
         .map(|s| s.id.as_str())
         .filter(|id| !in_place.contains(id))
         .collect();
+    let lineage = lineage_of(plan, ctx);
+    let result: Result<()> = async {
+        let lineage = lineage.as_ref().map_err(Clone::clone)?;
+        let mut opts = etlantic_runtime::BatchOptions::new(ctx.root.clone());
+        opts.storage_options = storage_options(plan, ctx)?;
+        opts.resolve = resolver(ctx);
+        let view = progress.clone();
+        opts.on_progress = Some(listener(
+            &totals,
+            lineage.clone(),
+            Counts::new(&report, plan, &sources),
+            move |p| {
+                if let Some(v) = &view {
+                    v.batch_done(p);
+                }
+            },
+        ));
+        let mut q = etlantic_runtime::StreamingQuery::start_batch(plan, opts).await?;
+        report.identify(&q.ids());
+        if let Some(v) = &progress {
+            v.watch(q.read_progress().into_iter().map(|(_, r)| r).collect());
+        }
+        if let Some(l) = lineage {
+            l.started(&q.ids());
+        }
+        q.run_bounded().await.map(|_| ())
+    }
+    .await;
+    if let Some(v) = &progress {
+        v.finish();
+    }
     finish_report(plan, ctx, &mut report, &totals, &sources, result);
     report.duration_ms = started.elapsed().as_millis() as u64;
+    if let Ok(Some(l)) = &lineage {
+        l.finish(&report, false).await;
+    }
     report
+}
+
+/// The run's OpenLineage events, when the profile's `lineage` asks for them.
+fn lineage_of(plan: &PipelinePlan, ctx: &RunContext) -> Result<Option<Arc<LineageRun>>> {
+    let Some(config) = &plan.profile.lineage else {
+        return Ok(None);
+    };
+    LineageRun::new(plan, config, &ctx.root, &ctx.secrets())
+        .map(Arc::new)
+        .map(Some)
+}
+
+/// A run's counts so far, as a report: what `RUNNING` lineage events carry.
+struct Counts {
+    blank: RunReport,
+    sources: Vec<String>,
+    sinks: Vec<String>,
+}
+
+impl Counts {
+    fn new(blank: &RunReport, plan: &PipelinePlan, sources: &[&str]) -> Self {
+        Counts {
+            blank: blank.clone(),
+            sources: sources.iter().map(|s| s.to_string()).collect(),
+            sinks: plan.sinks.iter().map(|s| s.id.clone()).collect(),
+        }
+    }
+
+    fn report(&self, totals: &RunTotals) -> RunReport {
+        let mut r = self.blank.clone();
+        let sources: Vec<&str> = self.sources.iter().map(String::as_str).collect();
+        let sinks: Vec<&str> = self.sinks.iter().map(String::as_str).collect();
+        totals.fill(&sources, &sinks, &mut r);
+        r
+    }
+}
+
+/// The progress listener of a run: adds each record to the run's totals, tells the
+/// lineage events, then calls `also`.
+fn listener(
+    totals: &Arc<Mutex<RunTotals>>,
+    lineage: Option<Arc<LineageRun>>,
+    counts: Counts,
+    also: impl Fn(&QueryProgress) + Send + Sync + 'static,
+) -> etlantic_runtime::ProgressListener {
+    let totals = totals.clone();
+    Arc::new(move |p: &QueryProgress| {
+        if let Ok(mut t) = totals.lock() {
+            t.add(p);
+            if let Some(l) = &lineage {
+                l.progressed(p, || counts.report(&t));
+            }
+        }
+        also(p);
+    })
 }
 
 /// Completes a run's report: its counts from the progress records, the quarantine as
@@ -140,6 +225,9 @@ pub struct StreamingRun {
     pub max_batches: Option<u64>,
     /// Serve Prometheus metrics at `http://<addr>/metrics` while the query runs.
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Shows the progress of the run's reads (the caller reports each micro-batch to
+    /// it, and prints through it); the run starts watching the sources and finishes it.
+    pub progress: Option<Arc<ProgressView>>,
 }
 
 /// Runs a streaming plan with its trigger until it finishes or is stopped. The checkpoint
@@ -149,10 +237,13 @@ pub async fn run_streaming(plan: &PipelinePlan, ctx: &RunContext, run: Streaming
     let started_at = Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true);
     let mut report = RunReport::new(plan, "", &started_at);
     let totals = Arc::new(Mutex::new(RunTotals::default()));
+    let sources: Vec<&str> = plan.sources.iter().map(|s| s.id.as_str()).collect();
+    let lineage = lineage_of(plan, ctx);
+    let stop = run.stop.clone();
     let result: Result<()> = async {
+        let lineage = lineage.as_ref().map_err(Clone::clone)?;
         let checkpoint = checkpoint_location(plan, ctx)?;
         let storage_options = storage_options(plan, ctx)?;
-        let t = totals.clone();
         let user = run.on_progress.clone();
         let metrics: crate::metrics::SharedMetrics = Arc::default();
         let served = match run.metrics_addr {
@@ -168,10 +259,7 @@ pub async fn run_streaming(plan: &PipelinePlan, ctx: &RunContext, run: Streaming
         // Stops serving when the run ends, however it ends.
         let _serving = served.as_ref().map(|(_, task)| AbortOnDrop(task.abort_handle()));
         let m = served.is_some().then(|| metrics.clone());
-        let listener: etlantic_runtime::ProgressListener = Arc::new(move |p: &QueryProgress| {
-            if let Ok(mut t) = t.lock() {
-                t.add(p);
-            }
+        let also = move |p: &QueryProgress| {
             if let Some(Ok(mut m)) = m.as_ref().map(|m| m.lock()) {
                 // A query run whole by another system is known by its first record.
                 let m = m.get_or_insert_with(|| {
@@ -187,7 +275,13 @@ pub async fn run_streaming(plan: &PipelinePlan, ctx: &RunContext, run: Streaming
             if let Some(u) = &user {
                 u(p);
             }
-        });
+        };
+        let listener = listener(
+            &totals,
+            lineage.clone(),
+            Counts::new(&report, plan, &sources),
+            also,
+        );
         if let Some(region) = etlantic_runtime::whole_query::region_of(plan) {
             let checkpoint = match checkpoint {
                 Location::Local(dir) => dir,
@@ -221,6 +315,12 @@ pub async fn run_streaming(plan: &PipelinePlan, ctx: &RunContext, run: Streaming
         opts.metrics_addr = served.as_ref().map(|(addr, _)| addr.to_string());
         let mut q = etlantic_runtime::StreamingQuery::start(plan, opts).await?;
         report.identify(&q.ids());
+        if let Some(l) = lineage {
+            l.started(&q.ids());
+        }
+        if let Some(v) = &run.progress {
+            v.watch(q.read_progress().into_iter().map(|(_, r)| r).collect());
+        }
         if let Some((addr, _)) = &served {
             if let Ok(mut m) = metrics.lock() {
                 *m = Some(crate::metrics::QueryMetrics::new(&q.ids(), &plan.pipeline));
@@ -236,9 +336,15 @@ pub async fn run_streaming(plan: &PipelinePlan, ctx: &RunContext, run: Streaming
         tracing::Instrument::instrument(q.run(), span).await
     }
     .await;
-    let sources: Vec<&str> = plan.sources.iter().map(|s| s.id.as_str()).collect();
+    if let Some(v) = &run.progress {
+        v.finish();
+    }
     finish_report(plan, ctx, &mut report, &totals, &sources, result);
     report.duration_ms = started.elapsed().as_millis() as u64;
+    if let Ok(Some(l)) = &lineage {
+        let on_request = stop.load(std::sync::atomic::Ordering::SeqCst);
+        l.finish(&report, on_request).await;
+    }
     report
 }
 

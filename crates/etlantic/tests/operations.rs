@@ -17,19 +17,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn profile(extra: &str) -> String {
-    format!(
-        r#"apiVersion: etlantic/v1
-kind: Profile
-name: local
-mode: streaming
-trigger: available_now
-checkpoint: file://chk
-bindings:
-  clicks: file://in?format=jsonl
-  counts: file://out/counts/?format=jsonl
-quarantine: file://out/quarantine.jsonl
-{extra}"#
-    )
+    click_counts_profile(extra)
 }
 
 fn progress_records(dir: &Path) -> Vec<Value> {
@@ -451,4 +439,75 @@ document.body.appendChild(pre);
         late.iter().all(|l| l["h"].as_f64().unwrap() > 10.0),
         "{late:?}"
     );
+}
+
+#[test]
+fn a_batch_run_shows_its_reads_as_a_bar_on_a_terminal_and_as_lines_otherwise() {
+    let p = common::Project::empty();
+    let dir = p.dir.path();
+    write_click_counts(dir, &as_batch(&profile("")));
+    let bytes: u64 = input_files().iter().map(|(_, t)| t.len() as u64).sum();
+
+    // A terminal: one line redrawn in place, ending with every file read.
+    let run = etlantic_env(dir, &["run"], &[("ETLANTIC_PROGRESS", "bar")]);
+    run.ok();
+    let last = run.stderr.rsplit("\r\x1b[2K").next().unwrap();
+    assert!(
+        last.starts_with("reading [========================] 6/6 files"),
+        "{:?}",
+        run.stderr
+    );
+    let size = etlantic::status::bytes(bytes);
+    assert!(last.contains(&format!("{size}/{size}")), "{last:?}");
+    // 13 lines; 11 decode (the unparsable line and the bad timestamp do not).
+    assert!(last.contains("  11 rows  "), "{last:?}");
+    assert!(last.ends_with('\n'), "the bar ends its line: {last:?}");
+
+    // Not a terminal (what the tests' pipes are): plain lines, no redrawing.
+    let run = etlantic(dir, &["run"]);
+    run.ok();
+    assert!(!run.stderr.contains('\r'), "{:?}", run.stderr);
+    let line = run
+        .stderr
+        .lines()
+        .rfind(|l| l.starts_with("reading: "))
+        .unwrap_or_else(|| panic!("{}", run.stderr));
+    assert!(line.starts_with("reading: 6/6 files"), "{line}");
+
+    // Off, or JSON output: nothing.
+    let run = etlantic_env(dir, &["run"], &[("ETLANTIC_PROGRESS", "off")]);
+    assert!(!run.stderr.contains("reading"), "{}", run.stderr);
+    let run = etlantic(dir, &["run", "--format", "json"]);
+    assert!(!run.stderr.contains("reading"), "{}", run.stderr);
+}
+
+#[test]
+fn an_available_now_backfill_shows_files_done_of_the_backlog() {
+    let p = common::Project::empty();
+    let dir = p.dir.path();
+    write_click_counts(dir, &profile(""));
+    let run = etlantic_env(dir, &["run"], &[("ETLANTIC_PROGRESS", "bar")]);
+    run.ok();
+    let records = progress_records(dir);
+    // Each micro-batch's line is printed above the bar, which is redrawn after it: after
+    // the first micro-batch (one file per micro-batch), 1 of 6 files.
+    let after_first = run
+        .stderr
+        .split("\r\x1b[2K")
+        .find(|s| s.starts_with("backfill [") && s.contains("  1 batch  "))
+        .unwrap_or_else(|| panic!("{:?}", run.stderr));
+    assert!(after_first.contains(" 1/6 files"), "{after_first:?}");
+    let last = run.stderr.rsplit("\r\x1b[2K").next().unwrap();
+    assert!(
+        last.starts_with("backfill [========================] 6/6 files"),
+        "{last:?}"
+    );
+    assert!(
+        last.contains(&format!("  {} batches  ", records.len())),
+        "{last:?}"
+    );
+    for r in &records {
+        let line = format!("batch {:>5} ", r["batchId"].as_u64().unwrap());
+        assert!(run.stderr.contains(&line), "{line}\n{}", run.stderr);
+    }
 }

@@ -140,6 +140,7 @@ fn run_in_process(dir: &Path) -> etlantic::run::RunReport {
                 stop: Default::default(),
                 max_batches: None,
                 metrics_addr: None,
+                progress: None,
             },
         ))
 }

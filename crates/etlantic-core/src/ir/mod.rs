@@ -20,6 +20,7 @@
 
 pub mod action;
 pub mod builder;
+pub mod column_lineage;
 pub mod columns;
 pub mod expr;
 pub mod keys;

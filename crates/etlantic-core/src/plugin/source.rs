@@ -137,6 +137,15 @@ pub trait Source: Send + Sync {
     /// Reads the records after `start` up to and including `end`.
     async fn read(&mut self, start: Option<&Offset>, end: &Offset) -> Result<SourceBatch>;
 
+    /// How far the read going on is (files and bytes done of the read's, records
+    /// decoded), for progress bars: a source that reads much in one call (a directory in a
+    /// batch run) returns the counters it updates as it reads, the same instance every
+    /// time. Progress only: it never decides what is read. `None` (the default): not
+    /// told.
+    fn read_progress(&self) -> Option<Arc<crate::read_progress::ReadProgress>> {
+        None
+    }
+
     /// What the source holds after `position` (the end of the last micro-batch read)
     /// that the query has not read yet, as far as the source knows it from its last
     /// [`Source::latest_offset`] — it must not read data or make requests for it; `None`

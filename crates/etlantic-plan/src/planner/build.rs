@@ -253,6 +253,7 @@ impl Planner<'_> {
             profile: PlanProfile {
                 name: prof.name.clone(),
                 application_id: prof.application_id.clone(),
+                lineage: prof.lineage.clone(),
                 mode,
                 on_error: prof.on_error,
                 quarantine: prof.quarantine_uri().to_string(),

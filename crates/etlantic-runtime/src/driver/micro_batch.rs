@@ -147,6 +147,10 @@ impl StreamingQuery {
                     data_loss: stats.lost.remove(&s.id).unwrap_or_default(),
                     num_quarantined_rows: stats.source_quarantined.get(&s.id).copied().unwrap_or(0),
                     num_rows_ruled_out: stats.source_ruled_out.get(&s.id).copied().unwrap_or(0),
+                    quarantined_by_rule: stats
+                        .source_rule_rejects
+                        .remove(&s.id)
+                        .unwrap_or_default(),
                     ..Default::default()
                 }
             })

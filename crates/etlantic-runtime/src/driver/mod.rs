@@ -181,6 +181,8 @@ struct BatchStats {
     rejected_by_code: BTreeMap<String, u64>,
     /// Per source: records quarantined (rejected while decoding, or by a quality rule).
     source_quarantined: HashMap<String, u64>,
+    /// Per source: records its decoder rejected for breaking a record rule, by rule id.
+    source_rule_rejects: HashMap<String, BTreeMap<String, u64>>,
     /// Per source: rows read that a quality rule took out.
     source_ruled_out: HashMap<String, u64>,
     late: u64,
@@ -262,6 +264,15 @@ impl StreamingQuery {
     /// one its checkpoint keeps (a batch run: one of its own).
     pub fn application_id(&self) -> &str {
         &self.application_id
+    }
+
+    /// The read counters of the sources that keep them ([`Source::read_progress`]), by
+    /// source id: what a progress bar polls while a micro-batch reads.
+    pub fn read_progress(&self) -> Vec<(String, Arc<etlantic_core::read_progress::ReadProgress>)> {
+        self.sources
+            .iter()
+            .filter_map(|s| Some((s.id.clone(), s.source.read_progress()?)))
+            .collect()
     }
 
     /// The application, query and run ids together.

@@ -39,6 +39,34 @@ pub(super) async fn gated(
     Ok(out.table)
 }
 
+/// Counts the records of source `id` its decoder rejected for breaking a record rule of
+/// its contract, by rule ([`crate::quality::record_rule_of`]).
+fn count_rule_rejects(
+    plan: &etlantic_plan::plan::PipelinePlan,
+    id: &str,
+    asset: &str,
+    rejected: &[RejectedRecord],
+    stats: &mut BatchStats,
+) {
+    let code = etlantic_core::diagnostics::codes::RECORD_RULE_VIOLATION.code;
+    if !rejected.iter().any(|r| r.code == code) {
+        return;
+    }
+    // Only when there are such records: the rules are read from the contract again.
+    let Ok(contract) = plan.asset_contract(asset) else {
+        return;
+    };
+    let Ok(rules) = etlantic_core::contract::rules::RuleSet::of(&contract) else {
+        return;
+    };
+    let counts = stats.source_rule_rejects.entry(id.to_string()).or_default();
+    for r in rejected {
+        if let Some(rule) = crate::quality::record_rule_of(&rules.rules, r) {
+            *counts.entry(rule.to_string()).or_default() += 1;
+        }
+    }
+}
+
 impl StreamingQuery {
     /// Reads the ranges `entry` logged (nothing for a no-data micro-batch).
     pub(super) async fn read(
@@ -64,6 +92,7 @@ impl StreamingQuery {
                     let b = s.source.read(start.as_ref(), &Offset(end.clone())).await?;
                     *stats.source_quarantined.entry(s.id.clone()).or_default() +=
                         b.rejected.len() as u64;
+                    count_rule_rejects(&self.plan, &s.id, &s.asset, &b.rejected, stats);
                     rejected.extend(b.rejected);
                     if !b.lost.is_empty() {
                         stats.lost.insert(s.id.clone(), b.lost);

@@ -82,6 +82,7 @@ use etlantic_core::plugin::{
     ReadLimit, Source, SourceBatch, SourceCapabilities, SourceContext, SourceProvider,
     SourceRegistration,
 };
+use etlantic_core::read_progress::ReadProgress;
 use etlantic_core::storage::{FileMeta, Location, Storage};
 use etlantic_core::uri::BindingUri;
 use formats::ReadCtx;
@@ -349,6 +350,8 @@ pub struct FileSource {
     /// The columns the pipeline reads ([`Source::read_only`]); Parquet files skip the
     /// others where no rule needs them.
     columns_read: Option<HashSet<String>>,
+    /// How far the read going on is ([`Source::read_progress`]).
+    progress: Arc<ReadProgress>,
 }
 
 /// Files decoded ahead of their micro-batch on a thread of their own: a stream's next
@@ -376,6 +379,9 @@ struct ReadJob {
     /// The files, with their size and modification time as logged when a stream picked
     /// them up (`None` in batch runs).
     files: Vec<(FileRef, FileFormat, Option<Stamp>)>,
+    /// Told of each file done (not for a read ahead, which would count a micro-batch
+    /// before its turn).
+    progress: Option<Arc<ReadProgress>>,
 }
 
 impl ReadJob {
@@ -389,9 +395,28 @@ impl ReadJob {
             columns_read: self.columns_read.as_ref(),
         };
         let mut out = SourceBatch::default();
-        for (file, format, logged) in &self.files {
+        let sizes: Vec<u64> = match &self.progress {
+            Some(_) => self
+                .files
+                .iter()
+                .map(|(f, _, l)| known_size(f, l.as_ref()))
+                .collect(),
+            None => Vec::new(),
+        };
+        if let Some(p) = &self.progress {
+            p.begin(self.files.len() as u64, sizes.iter().sum());
+        }
+        for (i, (file, format, logged)) in self.files.iter().enumerate() {
+            let rows_before = out.num_rows() + out.rejected.len();
+            let done = |out: &SourceBatch| {
+                if let Some(p) = &self.progress {
+                    let rows = (out.num_rows() + out.rejected.len()).saturating_sub(rows_before);
+                    p.file_done(sizes.get(i).copied().unwrap_or(0), rows as u64);
+                }
+            };
             let Some(logged) = logged else {
                 formats::read_file(&ctx, file, *format, &mut out)?;
+                done(&out);
                 continue;
             };
             // Checked before and after decoding: a change while the file is read counts
@@ -414,6 +439,7 @@ impl ReadJob {
             for run in part.origins.runs() {
                 out.origins.push_run(run.first.clone(), run.rows);
             }
+            done(&out);
         }
         Ok(out)
     }
@@ -545,6 +571,7 @@ impl FileSource {
             last_limit: None,
             waiting: None,
             read_ahead: None,
+            progress: Arc::default(),
             columns_read: None,
         })
     }
@@ -656,6 +683,7 @@ impl FileSource {
             batch_size: self.options.batch_size,
             columns_read: self.columns_read.clone(),
             files,
+            progress: Some(self.progress.clone()),
         })
     }
 
@@ -676,6 +704,18 @@ impl FileSource {
                         })
                     });
                     if unchanged {
+                        // Decoded already: done at once.
+                        let bytes = names
+                            .iter()
+                            .filter_map(|(_, l)| l.as_ref())
+                            .map(|l| l.size)
+                            .sum();
+                        self.progress.begin(names.len() as u64, bytes);
+                        self.progress
+                            .file_done(bytes, (batch.num_rows() + batch.rejected.len()) as u64);
+                        for _ in 1..names.len() {
+                            self.progress.file_done(0, 0);
+                        }
                         return Ok(batch);
                     }
                 }
@@ -706,15 +746,28 @@ impl FileSource {
         if names.is_empty() {
             return;
         }
-        let Ok(job) = self.read_job(&names) else {
+        let Ok(mut job) = self.read_job(&names) else {
             return;
         };
+        job.progress = None;
         let spawned = std::thread::Builder::new()
             .name(format!("read-ahead {}", self.asset))
             .spawn(move || job.run());
         if let Ok(handle) = spawned {
             self.read_ahead = Some(ReadAhead { names, handle });
         }
+    }
+}
+
+/// A file's size for progress: as logged, else the local file's (0 when not known
+/// cheaply: an object whose size was not listed).
+fn known_size(file: &FileRef, logged: Option<&Stamp>) -> u64 {
+    if let Some(l) = logged {
+        return l.size;
+    }
+    match file {
+        FileRef::Local(path) => std::fs::metadata(path).map(|m| m.len()).unwrap_or(0),
+        FileRef::Object { size, .. } => size.unwrap_or(0),
     }
 }
 
@@ -738,6 +791,10 @@ impl Source for FileSource {
 
     fn schema(&self) -> arrow::datatypes::SchemaRef {
         self.decoder.schema()
+    }
+
+    fn read_progress(&self) -> Option<Arc<ReadProgress>> {
+        Some(self.progress.clone())
     }
 
     fn read_only(&mut self, columns: &[String]) {

@@ -158,6 +158,34 @@ pub fn run_totals_twice(dir: &Path, counts: &str, totals: &str, env: &[(&str, St
     }
 }
 
+/// A profile of the click counts: streaming, available-now, checkpoint `chk`, the
+/// quarantine in `out/`, then `extra` (YAML lines).
+#[allow(dead_code)]
+pub fn click_counts_profile(extra: &str) -> String {
+    format!(
+        r#"apiVersion: etlantic/v1
+kind: Profile
+name: local
+mode: streaming
+trigger: available_now
+checkpoint: file://chk
+bindings:
+  clicks: file://in?format=jsonl
+  counts: file://out/counts/?format=jsonl
+quarantine: file://out/quarantine.jsonl
+{extra}"#
+    )
+}
+
+/// `profile` (a [`click_counts_profile`]) as a batch run: no trigger, no checkpoint.
+#[allow(dead_code)]
+pub fn as_batch(profile: &str) -> String {
+    profile
+        .replace("mode: streaming", "mode: batch")
+        .replace("trigger: available_now\n", "")
+        .replace("checkpoint: file://chk\n", "")
+}
+
 /// Writes the click-count project into `dir`: [`CLICK_COUNTS_PIPELINE`], `profile` as
 /// `profiles/local.yaml`, the contracts and [`input_files`] under `in/`.
 pub fn write_click_counts(dir: &Path, profile: &str) {
