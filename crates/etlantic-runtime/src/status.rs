@@ -10,7 +10,6 @@
 //! gone, any reader sees that its heartbeat stopped ([`STALE_AFTER`]), and reports the
 //! query as failed.
 
-use crate::checkpoint::Metadata;
 use crate::progress::QueryProgress;
 use chrono::{DateTime, SecondsFormat, Utc};
 use etlantic_core::diagnostics::{codes, Diagnostic, Error, Result};
@@ -209,6 +208,19 @@ fn write(storage: &dyn Storage, status: &RunStatus) -> Result<()> {
     storage::put_bytes(storage, STATUS_FILE, &bytes)
 }
 
+/// What `status` needs of a checkpoint's `metadata`: the runtime's [`crate::checkpoint::Metadata`], or the
+/// `{"id": …}` Spark writes into a checkpoint of a query it runs whole (whose pipeline is
+/// then named by the status record).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CheckpointIdentity {
+    id: String,
+    #[serde(default)]
+    pipeline: Option<String>,
+    #[serde(default)]
+    application_id: Option<String>,
+}
+
 /// What a reader makes of a query: its status record checked against the process and
 /// the heartbeat.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -308,7 +320,7 @@ impl QueryStatus {
     /// Reads the status of the query whose checkpoint is `storage` (named `display`),
     /// taking no lock and changing nothing. `now_ms` is the wall clock.
     pub fn read(storage: &dyn Storage, display: &str, now_ms: i64) -> Result<Self> {
-        let metadata: Metadata = match storage.read("metadata")? {
+        let metadata: CheckpointIdentity = match storage.read("metadata")? {
             Some(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
                 Error::new(
                     &codes::CHECKPOINT_CORRUPT,
@@ -332,6 +344,11 @@ impl QueryStatus {
         let records = read_progress(storage)?;
         let last = records.last().cloned();
         let (state, reason) = liveness(run.as_ref(), now_ms, &host_name());
+        let pipeline = match (&metadata.pipeline, &run) {
+            (Some(p), _) => p.clone(),
+            (None, Some(r)) => r.pipeline.clone(),
+            (None, None) => String::new(),
+        };
         let ids = match (&run, &last) {
             (Some(r), _) => r.ids.clone(),
             (None, Some(p)) => QueryIds {
@@ -400,7 +417,7 @@ impl QueryStatus {
         Ok(QueryStatus {
             checkpoint: display.to_string(),
             checkpoint_bytes,
-            pipeline: metadata.pipeline.clone(),
+            pipeline,
             ids,
             state,
             reason,
@@ -549,6 +566,29 @@ mod tests {
             (Liveness::Stopped, Some("why".into()))
         );
         assert_eq!(liveness(None, now, &here).0, Liveness::Unknown);
+    }
+
+    #[test]
+    fn a_checkpoint_spark_wrote_is_read_with_the_status_record_of_its_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = etlantic_core::storage::open(dir.path());
+        // Spark's own `metadata`: the query id alone.
+        storage::put_bytes(storage.as_ref(), "metadata", br#"{"id":"spark-query"}"#).unwrap();
+        let unknown = QueryStatus::read(storage.as_ref(), "chk", 0).unwrap();
+        assert_eq!(unknown.state, Liveness::Unknown);
+        assert_eq!(unknown.ids.query_id, "spark-query");
+        let ids = QueryIds {
+            application_id: "app".into(),
+            query_id: "spark-query".into(),
+            run_id: "run-1".into(),
+        };
+        let writer = StatusWriter::start(storage.clone(), ids.clone(), "clicks", None);
+        writer.end(Ok("the spark query finished")).unwrap();
+        let stopped = QueryStatus::read(storage.as_ref(), "chk", 0).unwrap();
+        assert_eq!(stopped.state, Liveness::Stopped);
+        assert_eq!(stopped.reason.as_deref(), Some("the spark query finished"));
+        assert_eq!(stopped.pipeline, "clicks", "named by the status record");
+        assert_eq!(stopped.ids, ids);
     }
 
     #[test]

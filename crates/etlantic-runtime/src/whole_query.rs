@@ -9,6 +9,7 @@
 use crate::driver::ProgressListener;
 use crate::progress::{ProgressLog, QueryProgress};
 use crate::secrets::SecretResolver;
+use crate::status::{QueryIds, StatusWriter};
 use etlantic_core::diagnostics::{codes, Error, Result};
 use etlantic_core::plugin::{self, RegionKind};
 use etlantic_plan::plan::{PipelinePlan, Region};
@@ -96,15 +97,32 @@ pub async fn run(
         )
     })?;
     etlantic_core::storage::create_dirs(&opts.checkpoint)?;
+    let storage = etlantic_core::storage::open_location(
+        &etlantic_core::storage::Location::Local(opts.checkpoint.clone()),
+        &Default::default(),
+    )?;
     let backend_name = region.backend.clone();
     let (plan, region) = (plan.clone(), region.clone());
     tokio::task::spawn_blocking(move || {
         let log = Mutex::new(ProgressLog::new(&opts.checkpoint));
         let log_failed = AtomicBool::new(false);
         let application_id = plan.profile.application_id.clone().unwrap_or_default();
+        // `status.json`, as a query the runtime drives writes it: the backend names the
+        // query and the run in its first progress record.
+        let status: Mutex<Option<StatusWriter>> = Mutex::new(None);
         let on_progress = |mut p: QueryProgress| {
             if p.application_id.is_empty() {
                 p.application_id = application_id.clone();
+            }
+            if let Ok(mut s) = status.lock() {
+                if s.is_none() {
+                    *s = Some(StatusWriter::start(
+                        storage.clone(),
+                        ids_of(&p),
+                        &plan.pipeline,
+                        None,
+                    ));
+                }
             }
             let appended = log
                 .lock()
@@ -117,17 +135,43 @@ pub async fn run(
                 l(&p);
             }
         };
-        let run_id = runner.run(&plan, &region, &opts, &on_progress)?;
-        if log_failed.load(Ordering::Relaxed) {
-            return Err(Error::new(
-                &codes::IO_ERROR,
+        let result = runner
+            .run(&plan, &region, &opts, &on_progress)
+            .and_then(|run_id| {
+                if log_failed.load(Ordering::Relaxed) {
+                    return Err(Error::new(
+                        &codes::IO_ERROR,
+                        format!(
+                            "cannot append to {}",
+                            ProgressLog::current_path(&opts.checkpoint).display()
+                        ),
+                    ));
+                }
+                Ok(run_id)
+            });
+        let writer = status.lock().ok().and_then(|mut s| s.take());
+        let writer = writer.unwrap_or_else(|| {
+            // It ended before its first record: known by the profile's ids alone.
+            let ids = QueryIds {
+                application_id: application_id.clone(),
+                query_id: String::new(),
+                run_id: result.as_deref().unwrap_or_default().to_string(),
+            };
+            StatusWriter::start(storage.clone(), ids, &plan.pipeline, None)
+        });
+        let reason = match (opts.stop.load(Ordering::SeqCst), opts.max_batches) {
+            (true, _) => "stopped on request".to_string(),
+            (false, Some(n)) => {
                 format!(
-                    "cannot append to {}",
-                    ProgressLog::current_path(&opts.checkpoint).display()
-                ),
-            ));
-        }
-        Ok(run_id)
+                    "ran at most {n} micro-batches as asked, on {}",
+                    region.backend
+                )
+            }
+            (false, None) => format!("the {} query finished", region.backend),
+        };
+        // The record is for people: failing to write it does not change the outcome.
+        let _ = writer.end(result.as_ref().map(|_| reason.as_str()));
+        result
     })
     .await
     .map_err(|e| {
@@ -136,4 +180,13 @@ pub async fn run(
             format!("the thread running the {backend_name} query failed: {e}"),
         )
     })?
+}
+
+/// The ids a backend's progress record names.
+fn ids_of(p: &QueryProgress) -> QueryIds {
+    QueryIds {
+        application_id: p.application_id.clone(),
+        query_id: p.id.clone(),
+        run_id: p.run_id.clone(),
+    }
 }

@@ -243,6 +243,14 @@ fn a_streaming_pipeline_on_spark_writes_what_the_embedded_runtime_writes() {
     );
     let data = records.iter().filter(|r| r["kind"] == "data").count();
     assert_eq!(data, 6, "one data micro-batch per file: {progress}");
+    // `etlantic status` knows a query Spark ran, as one the runtime drives.
+    let o = etlantic(spark.path(), &["status", "chk", "--format", "json"]);
+    assert!(o.status.success(), "{}", describe(&o));
+    let status: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(status["state"], "stopped", "{status}");
+    assert_eq!(status["reason"], "the spark query finished", "{status}");
+    assert_eq!(status["runId"], report["run_id"], "{status}");
+    assert_eq!(status["queryId"], records.last().unwrap()["id"], "{status}");
     let last = records.last().unwrap();
     assert_eq!(
         last["eventTime"]["watermark"], "2024-01-01T00:04:50.000Z",
@@ -318,6 +326,10 @@ fn a_malformed_record_stops_a_spark_streaming_query() {
         !dir.path().join("out/counts/_spark_metadata/1").exists(),
         "nothing of the bad file's batch is committed"
     );
+    let o = etlantic(dir.path(), &["status", "chk", "--format", "json"]);
+    assert_eq!(o.status.code(), Some(4), "{}", describe(&o));
+    let status: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(status["state"], "failed", "{status}");
 }
 
 /// Planning only: the endpoint is never contacted.
