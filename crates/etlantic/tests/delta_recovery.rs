@@ -52,17 +52,9 @@ sinks:
 }
 
 fn profile(binding: &str) -> String {
-    format!(
-        r#"apiVersion: etlantic/v1
-kind: Profile
-name: local
-mode: streaming
-trigger: available_now
-checkpoint: file://chk
-bindings:
-  clicks: file://in?format=jsonl
-  counts: {binding}
-"#
+    common::available_now_profile(
+        &[("clicks", "file://in?format=jsonl"), ("counts", binding)],
+        "",
     )
 }
 

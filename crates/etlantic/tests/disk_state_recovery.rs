@@ -48,30 +48,33 @@ sinks:
     output_mode: append
 "#;
 
-fn profile(store: &str) -> String {
+/// The state store settings of these tests: `store`, a small memory limit and a
+/// snapshot every two versions.
+fn state_settings(store: &str) -> String {
     format!(
-        r#"apiVersion: etlantic/v1
-kind: Profile
-name: local
-mode: streaming
-trigger: available_now
-checkpoint: file://chk
-state_store: {store}
-state_memory_limit: 32 MB
-state_snapshot_every: 2
-bindings:
-  clicks: file://in?format=jsonl
-  unique: file://out/unique/?format=jsonl
-quarantine: file://out/quarantine.jsonl
-"#
+        "state_store: {store}\nstate_memory_limit: 32 MB\nstate_snapshot_every: 2\n{}",
+        common::QUARANTINE
+    )
+}
+
+fn profile(store: &str) -> String {
+    common::available_now_profile(
+        &[
+            ("clicks", "file://in?format=jsonl"),
+            ("unique", "file://out/unique/?format=jsonl"),
+        ],
+        &state_settings(store),
     )
 }
 
 /// The profile of the click-count pipeline (`common::crash`) on `store`.
 fn counts_profile(store: &str) -> String {
-    profile(store).replace(
-        "unique: file://out/unique/?format=jsonl",
-        "counts: file://out/counts/?format=jsonl",
+    common::available_now_profile(
+        &[
+            ("clicks", "file://in?format=jsonl"),
+            ("counts", "file://out/counts/?format=jsonl"),
+        ],
+        &state_settings(store),
     )
 }
 

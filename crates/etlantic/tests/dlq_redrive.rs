@@ -31,17 +31,15 @@ sinks:
     output_mode: append
 "#;
 
-const PROFILE: &str = r#"apiVersion: etlantic/v1
-kind: Profile
-name: local
-mode: streaming
-trigger: available_now
-checkpoint: file://chk
-bindings:
-  orders: file://in?format=jsonl
-  paid: file://out/paid/?format=jsonl
-quarantine: file://out/quarantine.jsonl
-"#;
+fn profile() -> String {
+    available_now_profile(
+        &[
+            ("orders", "file://in?format=jsonl"),
+            ("paid", "file://out/paid/?format=jsonl"),
+        ],
+        QUARANTINE,
+    )
+}
 
 fn contract(valid: &str) -> String {
     format!(
@@ -72,7 +70,7 @@ schema:
 fn project() -> Project {
     let p = Project::empty();
     p.write("pipeline.yaml", PIPELINE);
-    p.write("profiles/local.yaml", PROFILE);
+    p.write("profiles/local.yaml", &profile());
     p.write("contracts/orders.yaml", &contract("new, paid"));
     p.write(
         "in/000.jsonl",
@@ -251,7 +249,7 @@ fn a_quarantine_on_s3_is_redriven_once() {
     let p = project();
     p.write(
         "profiles/local.yaml",
-        &PROFILE
+        &profile()
             .replace("file://chk", "s3://dlq/chk")
             .replace("file://out/quarantine.jsonl", "s3://dlq/q/quarantine.jsonl"),
     );

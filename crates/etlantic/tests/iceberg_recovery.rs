@@ -20,22 +20,17 @@ use std::path::Path;
 const BINDING: &str =
     "iceberg://analytics/counts?catalog=sqlite://lake/catalog.db&warehouse=lake/warehouse";
 
-const PROFILE: &str = r#"apiVersion: etlantic/v1
-kind: Profile
-name: local
-mode: streaming
-trigger: available_now
-checkpoint: file://chk
-bindings:
-  clicks: file://in?format=jsonl
-  counts: "iceberg://analytics/counts?catalog=sqlite://lake/catalog.db&warehouse=lake/warehouse"
-quarantine: file://out/quarantine.jsonl
-"#;
+fn profile() -> String {
+    click_counts_profile_into(
+        r#""iceberg://analytics/counts?catalog=sqlite://lake/catalog.db&warehouse=lake/warehouse""#,
+        "",
+    )
+}
 
 const MICRO_BATCHES: u64 = 7;
 
 fn project(dir: &Path) {
-    write_click_counts(dir, PROFILE);
+    write_click_counts(dir, &profile());
 }
 
 fn target(dir: &Path) -> IcebergTarget {
@@ -199,15 +194,12 @@ fn batch_runs_and_complete_mode_are_refused_at_planning_and_write_nothing() {
         (
             "batch run",
             CLICK_COUNTS_PIPELINE.replace("    output_mode: append\n", ""),
-            PROFILE
-                .replace("mode: streaming", "mode: batch")
-                .replace("trigger: available_now\n", "")
-                .replace("checkpoint: file://chk\n", ""),
+            as_batch(&profile()),
         ),
         (
             "complete mode",
             CLICK_COUNTS_PIPELINE.replace("output_mode: append", "output_mode: complete"),
-            PROFILE.to_string(),
+            profile(),
         ),
     ] {
         let tmp = tempfile::tempdir().unwrap();

@@ -34,17 +34,15 @@ sinks:
     output_mode: append
 "#;
 
-const PROFILE: &str = r#"apiVersion: etlantic/v1
-kind: Profile
-name: local
-mode: streaming
-trigger: available_now
-checkpoint: file://chk
-bindings:
-  records: file://in?format=jsonl
-  published: file://out/good/?format=parquet
-quarantine: file://out/quarantine.jsonl
-"#;
+fn profile() -> String {
+    common::available_now_profile(
+        &[
+            ("records", "file://in?format=jsonl"),
+            ("published", "file://out/good/?format=parquet"),
+        ],
+        common::QUARANTINE,
+    )
+}
 
 const RECORDS: &str = r#"version: "1.0.0"
 apiVersion: "v3.1.0"
@@ -98,7 +96,7 @@ fn line(i: u64) -> String {
 fn project(dir: &Path) {
     for (path, text) in [
         ("pipeline.yaml", PIPELINE),
-        ("profiles/local.yaml", PROFILE),
+        ("profiles/local.yaml", profile().as_str()),
         ("contracts/records.yaml", RECORDS),
     ] {
         let p = dir.join(path);

@@ -25,18 +25,6 @@ use etlantic_core::storage::{self, power_cut::PowerCutDisk};
 use std::path::Path;
 use std::sync::Arc;
 
-const PROFILE: &str = r#"apiVersion: etlantic/v1
-kind: Profile
-name: local
-mode: streaming
-trigger: available_now
-checkpoint: file://chk
-bindings:
-  clicks: file://in?format=jsonl
-  counts: SINK
-quarantine: file://out/quarantine.jsonl
-"#;
-
 /// A sink of the test: how it is bound (`{tables}` is a directory on the real disk) and
 /// how its rows are read back.
 #[derive(Clone, Copy, Debug)]
@@ -116,7 +104,7 @@ impl Sink {
 }
 
 fn project(dir: &Path, sink: Sink, tables: &Path) {
-    write_click_counts(dir, &PROFILE.replace("SINK", &sink.binding(tables)));
+    write_click_counts(dir, &click_counts_profile_into(&sink.binding(tables), ""));
 }
 
 /// Runs the pipeline of `dir` in this process; returns the run report.

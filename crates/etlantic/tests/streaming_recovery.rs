@@ -17,22 +17,10 @@ use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 
-const PROFILE: &str = r#"apiVersion: etlantic/v1
-kind: Profile
-name: local
-mode: streaming
-trigger: available_now
-checkpoint: file://chk
-bindings:
-  clicks: file://in?format=jsonl
-  counts: file://out/counts/?format=jsonl
-quarantine: file://out/quarantine.jsonl
-"#;
-
 const MICRO_BATCHES: u64 = 7;
 
 fn project(dir: &Path) {
-    write_click_counts(dir, PROFILE);
+    write_click_counts(dir, &click_counts_profile(""));
 }
 
 /// The committed sink rows as a sorted multiset of canonical JSON strings.

@@ -162,18 +162,15 @@ pub fn run_totals_twice(dir: &Path, counts: &str, totals: &str, env: &[(&str, St
 /// quarantine in `out/`, then `extra` (YAML lines).
 #[allow(dead_code)]
 pub fn click_counts_profile(extra: &str) -> String {
-    format!(
-        r#"apiVersion: etlantic/v1
-kind: Profile
-name: local
-mode: streaming
-trigger: available_now
-checkpoint: file://chk
-bindings:
-  clicks: file://in?format=jsonl
-  counts: file://out/counts/?format=jsonl
-quarantine: file://out/quarantine.jsonl
-{extra}"#
+    click_counts_profile_into("file://out/counts/?format=jsonl", extra)
+}
+
+/// [`click_counts_profile`] with the counts bound to `counts` (a URL, as YAML).
+#[allow(dead_code)]
+pub fn click_counts_profile_into(counts: &str, extra: &str) -> String {
+    super::available_now_profile(
+        &[("clicks", "file://in?format=jsonl"), ("counts", counts)],
+        &format!("{}{extra}", super::QUARANTINE),
     )
 }
 

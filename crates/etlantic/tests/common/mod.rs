@@ -4,6 +4,22 @@
 
 pub mod crash;
 
+/// The quarantine line of the test profiles: rejected records into `out/`.
+pub const QUARANTINE: &str = "quarantine: file://out/quarantine.jsonl\n";
+
+/// A streaming profile `local` as the recovery tests run it: available-now, checkpoint
+/// `chk`, `bindings` (asset, URL as YAML), then `extra` (YAML lines, e.g. [`QUARANTINE`]).
+pub fn available_now_profile(bindings: &[(&str, &str)], extra: &str) -> String {
+    let bindings: String = bindings
+        .iter()
+        .map(|(asset, url)| format!("  {asset}: {url}\n"))
+        .collect();
+    format!(
+        "apiVersion: etlantic/v1\nkind: Profile\nname: local\nmode: streaming\n\
+         trigger: available_now\ncheckpoint: file://chk\nbindings:\n{bindings}{extra}"
+    )
+}
+
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
