@@ -629,11 +629,22 @@ def dump_corpus(path: Path) -> None:
                 "required_profiles": sorted(case.required_profiles),
                 "required_actions": sorted(case.required_actions),
                 "required_functions": sorted(case.required_functions),
+                "required_operators": sorted(case.required_operators),
+                "required_types": sorted(case.required_types),
+                "required_semantic_modes": sorted(case.required_semantic_modes),
+                "required_join_modes": sorted(case.required_join_modes),
+                "required_union_modes": sorted(case.required_union_modes),
+                "required_collision_policies": sorted(case.required_collision_policies),
             }
         )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(
-        json.dumps({"etlantic": etl.__version__, "cases": cases}, ensure_ascii=False, default=str)
+        json.dumps(
+            {"etlantic": etl.__version__, "cases": cases},
+            ensure_ascii=False,
+            default=str,
+            indent=1,
+        )
         + "\n",
         encoding="utf-8",
     )

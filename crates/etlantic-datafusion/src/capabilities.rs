@@ -50,14 +50,17 @@ pub const SUPPORTED_AGGREGATES: &[&str] = &[
     "dtcs:max",
     "dtcs:first",
     "dtcs:last",
+    "dtcs:variance",
+    "dtcs:stddev",
 ];
 
-/// Every function id: the scalar functions of the expression compiler, then the
-/// aggregates.
+/// Every function id: the scalar functions of the expression compiler, the aggregates,
+/// then the window functions of `dtcs:with_fields`.
 pub fn supported_functions() -> Vec<String> {
     crate::expr::functions_list()
         .iter()
         .chain(SUPPORTED_AGGREGATES)
+        .chain(etlantic_core::ir::WINDOW_FUNCTIONS)
         .map(|s| s.to_string())
         .collect()
 }

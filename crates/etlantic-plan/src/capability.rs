@@ -22,6 +22,7 @@ pub fn check_step(
                 .iter()
                 .filter(|f| !caps.supports_function(f))
                 .filter(|f| dtcs::registry::resolve_default(f).is_none())
+                .filter(|f| !etlantic_core::ir::expr::ETLANTIC_PY_FUNCTIONS.contains(&f.as_str()))
                 .collect();
             if !unknown.is_empty() {
                 return Err(Diagnostic::new(

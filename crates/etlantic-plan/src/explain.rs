@@ -48,6 +48,43 @@ fn describe(a: &Action) -> String {
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
+        Action::WindowFields { assignments } => format!(
+            "window [{}]",
+            assignments
+                .iter()
+                .map(|a| {
+                    let by = |v: Vec<String>, what: &str| {
+                        if v.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" {what} {}", v.join(", "))
+                        }
+                    };
+                    format!(
+                        "{} = {} over ({}{})",
+                        a.name,
+                        a.call,
+                        by(
+                            a.partition_by.iter().map(|p| p.to_string()).collect(),
+                            "partition by"
+                        )
+                        .trim_start(),
+                        by(
+                            a.order_by
+                                .iter()
+                                .map(|k| format!(
+                                    "{}{}",
+                                    k.expr,
+                                    if k.descending { " desc" } else { "" }
+                                ))
+                                .collect(),
+                            "order by"
+                        )
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
         Action::DropFields { fields, .. } => format!("drop [{}]", fields.join(", ")),
         Action::RenameFields { mapping } => format!(
             "rename [{}]",

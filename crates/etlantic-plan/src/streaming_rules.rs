@@ -7,7 +7,8 @@
 //! - `ETL402` session windows do not support update mode;
 //! - `ETL403` complete mode needs an aggregation;
 //! - `ETL404` sort without complete-mode aggregation, limit outside complete mode,
-//!   dedup within the watermark without a watermark;
+//!   dedup within the watermark without a watermark, window functions (`row_number`,
+//!   `lag`, …) at all;
 //! - `ETL407` an aggregation whose rows feed another stateful step, in update or
 //!   complete mode, that cannot finalise them by the watermark (no window or event-time
 //!   key a watermark bounds). Stateful steps chain: every one but the last runs in append
@@ -96,6 +97,21 @@ pub fn check(project: &Project, plans: &HashMap<String, Arc<TransformPlan>>) -> 
                     }
                 };
                 match &step.op {
+                    Action::WindowFields { assignments } => {
+                        let names: Vec<&str> = assignments.iter().map(|a| a.name.as_str()).collect();
+                        d.push(
+                            Diagnostic::new(
+                                &codes::UNSUPPORTED_STREAMING_OP,
+                                format!(
+                                    "window functions ({}) in `{t}` need all rows of a partition; on an unbounded input a row's number or neighbour would change as rows arrive",
+                                    names.join(", ")
+                                ),
+                            )
+                            .help("Compute them in a batch run, or over event-time windows with `window_aggregate`; `deduplicate` keeps the first row per key on streams.")
+                            .at(path.clone())
+                            .in_file(file.clone()),
+                        );
+                    }
                     Action::WindowAggregate { window, aggregates, .. } => {
                         aggregations += 1;
                         if aggregates.iter().any(|a| a.func == AggFunc::CountDistinct) {

@@ -370,6 +370,15 @@ fn constraints(rels: &[Rel]) -> Vec<Conj> {
                     })
                     .cloned()
                     .collect(),
+                Action::WindowFields { assignments } => input(0)
+                    .iter()
+                    .filter(|e| {
+                        !e.columns()
+                            .iter()
+                            .any(|c| assignments.iter().any(|a| &a.name == c))
+                    })
+                    .cloned()
+                    .collect(),
                 Action::DropFields { fields, .. } => input(0)
                     .iter()
                     .filter(|e| !e.columns().iter().any(|c| fields.contains(c)))
@@ -481,6 +490,7 @@ fn push_down(rels: &[Rel], constraints: &[Conj], i: usize, dnf: &Dnf) -> Vec<(us
         | Action::Deduplicate { .. }
         | Action::DeduplicateWithinWatermark { .. }
         | Action::Limit { .. }
+        | Action::WindowFields { .. }
         | Action::Process { .. } => all(0),
         Action::Project { fields } => map_each(&|e| {
             substitute(e, &|c| {

@@ -396,6 +396,30 @@ fn aggregate_plan(i: usize, a: &Aggregate, scope: &Scope) -> Result<AggPlan> {
         AggFunc::Max => plain(x.max(), t),
         AggFunc::First => plain(in_row_order(x).first(), t),
         AggFunc::Last => plain(in_row_order(x).last(), t),
+        AggFunc::Variance
+        | AggFunc::VariancePopulation
+        | AggFunc::Stddev
+        | AggFunc::StddevPopulation => {
+            numeric(a.func.id())?;
+            // Sample: over n - 1, null below two values; population: over n.
+            let ddof: u8 = if matches!(a.func, AggFunc::Variance | AggFunc::Stddev) {
+                1
+            } else {
+                0
+            };
+            let f = x.clone().strict_cast(DataType::Float64);
+            let v = if matches!(a.func, AggFunc::Stddev | AggFunc::StddevPopulation) {
+                f.std(ddof)
+            } else {
+                f.var(ddof)
+            };
+            plain(
+                when(x.count().gt(lit(ddof as u32)))
+                    .then(v)
+                    .otherwise(lit(NULL).cast(DataType::Float64)),
+                DataType::Float64,
+            )
+        }
     })
 }
 

@@ -41,6 +41,8 @@ pub const SUPPORTED_AGGREGATES: &[&str] = &[
     "dtcs:max",
     "dtcs:first",
     "dtcs:last",
+    "dtcs:variance",
+    "dtcs:stddev",
 ];
 
 /// Every function id: the scalar functions of the expression compiler, then the

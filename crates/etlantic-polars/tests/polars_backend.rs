@@ -449,6 +449,14 @@ async fn aggregates() {
 "#,
     )
     .await;
+    // Sample and population variance and standard deviation; a group of one value has
+    // no sample variance. Polars and DataFusion sum in other orders: equal to rounding.
+    same(
+        "variance_and_stddev",
+        &[ORDERS],
+        "steps:\n- aggregate: {group_by: [region], aggregates: {v: variance(qty), s: stddev(amount), vp: \"variance(qty, 'population')\", sp: \"stddev(score, 'population')\"}}\ntolerance: 1.0e-12\n",
+    )
+    .await;
     same(
         "computed_groups",
         &[ORDERS],

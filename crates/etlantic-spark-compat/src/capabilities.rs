@@ -67,6 +67,8 @@ pub const AGGREGATES: &[&str] = &[
     "dtcs:max",
     "dtcs:first",
     "dtcs:last",
+    "dtcs:variance",
+    "dtcs:stddev",
 ];
 
 /// Actions of streaming regions: the batch actions without the order-dependent ones

@@ -712,6 +712,19 @@ fn aggregate(r: &Rel, group_by: &[NamedExpr], aggregates: &[Aggregate]) -> Resul
                 let f = if a.func == AggFunc::Min { "min" } else { "max" };
                 (format!("{f}({})", c.sql), c.kind)
             }
+            AggFunc::Variance
+            | AggFunc::VariancePopulation
+            | AggFunc::Stddev
+            | AggFunc::StddevPopulation => {
+                let c = need(&arg)?;
+                let f = match a.func {
+                    AggFunc::Variance => "var_samp",
+                    AggFunc::VariancePopulation => "var_pop",
+                    AggFunc::Stddev => "stddev_samp",
+                    _ => "stddev_pop",
+                };
+                (format!("{f}(CAST({} AS DOUBLE))", c.sql), Kind::Float)
+            }
             // The value of the group's first (last) row in DTCS order, null or not.
             AggFunc::First | AggFunc::Last => {
                 let c = need(&arg)?;

@@ -535,12 +535,12 @@ fn call(function: &str, args: &[Expr], scope: &Scope) -> Result<Compiled> {
             if !a[0].kind.numeric() || a.get(1).is_some_and(|d| d.kind != Kind::Int) {
                 return Err(mismatch("dtcs:round needs a number and integer digits"));
             }
-            // Half away from zero, as DTCS rounds (Spark's HALF_UP).
+            // Ties to even, as ETLantic-py rounds (Spark's HALF_EVEN `bround`).
             let digits = a
                 .get(1)
                 .map(|d| format!(", CAST({} AS INT)", d.sql))
                 .unwrap_or_default();
-            of(format!("round({}{digits})", a[0].sql), a[0].kind)
+            of(format!("bround({}{digits})", a[0].sql), a[0].kind)
         }
         "dtcs:least" | "dtcs:greatest" | "dtcs:min" | "dtcs:max" if args.len() >= 2 => {
             let a = compiled()?;

@@ -53,6 +53,10 @@ pub const FUNCTIONS: &[&str] = &[
 /// before 3.44). `lower`/`upper` are declared by neither dialect (see above).
 pub const POSTGRES_ONLY_FUNCTIONS: &[&str] = &["dtcs:floor", "dtcs:ceil"];
 
+/// Aggregate functions only PostgreSQL has (SQLite has no variance or standard
+/// deviation).
+pub const POSTGRES_ONLY_AGGREGATES: &[&str] = &["dtcs:variance", "dtcs:stddev"];
+
 /// Aggregate functions (both dialects).
 pub const AGGREGATES: &[&str] = &[
     "dtcs:count_all",
@@ -75,8 +79,19 @@ pub fn capabilities(dialect: Dialect) -> BackendCapabilities {
         .chain(AGGREGATES)
         .map(|s| s.to_string())
         .collect();
+    // Window functions of `dtcs:with_fields` (SQLite has them since 3.25).
+    functions.extend(
+        etlantic_core::ir::WINDOW_FUNCTIONS
+            .iter()
+            .map(|s| s.to_string()),
+    );
     if pg {
-        functions.extend(POSTGRES_ONLY_FUNCTIONS.iter().map(|s| s.to_string()));
+        functions.extend(
+            POSTGRES_ONLY_FUNCTIONS
+                .iter()
+                .chain(POSTGRES_ONLY_AGGREGATES)
+                .map(|s| s.to_string()),
+        );
     }
     BackendCapabilities {
         region_kinds: vec![RegionKind::Sql],

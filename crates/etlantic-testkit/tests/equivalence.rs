@@ -98,3 +98,47 @@ fn every_example_pipeline_is_in_the_corpus() {
     assert!(found >= 3, "{found} example transformations");
     assert!(missing.is_empty(), "not in the corpus: {missing:?}");
 }
+
+/// ETLantic-py's portable conformance corpus (`tests/fixtures/etlantic-py-corpus.json`,
+/// the plans its own compilers are handed, unchanged) on the batch backends: every case
+/// gives ETLantic-py's rows or is refused as ETLantic-py expects, except the gaps listed
+/// here — the work left of issue 44. A listed gap that now passes fails the test, so the
+/// list only shrinks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etlantic_py_conformance_corpus() {
+    use etlantic_testkit::equivalence::etlantic_py::{corpus_path, load_corpus, run_py_case};
+    const KNOWN_GAPS: &[(&str, &str)] = &[];
+    let cases = load_corpus(&corpus_path()).expect("the corpus loads");
+    assert_eq!(cases.len(), 43, "ETLantic-py 0.59's corpus");
+    let backends: Vec<_> = standard_backends(None, None)
+        .expect("backends")
+        .into_iter()
+        .filter(|b| matches!(b.label.as_str(), "datafusion" | "polars" | "sqlite"))
+        .collect();
+    let mut report = Vec::new();
+    let mut wrong = Vec::new();
+    for case in &cases {
+        for b in &backends {
+            let outcome = run_py_case(case, b).await;
+            let gap = KNOWN_GAPS.contains(&(case.name.as_str(), b.label.as_str()));
+            let line = format!("{} on {}: {outcome:?}", case.name, b.label);
+            match (&outcome, gap) {
+                // DataFusion declares the kernel and relational profiles: it runs all.
+                (Outcome::Unsupported(_), false) if b.label == "datafusion" => {
+                    wrong.push(line.clone())
+                }
+                (Outcome::Fail(_), false) => wrong.push(line.clone()),
+                (Outcome::Pass, true) => wrong.push(format!("{line} (listed as a gap: remove it)")),
+                _ => {}
+            }
+            report.push(line);
+        }
+    }
+    println!("{}", report.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "{} unexpected:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
+}

@@ -315,6 +315,20 @@ pub fn step_lineage(
                 rel.columns.insert(a.name.clone(), col);
             }
         }
+        Action::WindowFields { assignments } => {
+            // Every assignment reads the input rows; the partition and order decide which
+            // rows a value comes from (OpenLineage's INDIRECT WINDOW).
+            let input = rel.clone();
+            for a in assignments {
+                for p in &a.partition_by {
+                    rel.rows_by_expr(p, Indirect::Window);
+                }
+                for k in &a.order_by {
+                    rel.rows_by_expr(&k.expr, Indirect::Window);
+                }
+                rel.columns.insert(a.name.clone(), input.of_expr(&a.call));
+            }
+        }
         Action::DropFields { fields, .. } => rel.columns.retain(|c, _| !fields.contains(c)),
         Action::RenameFields { mapping } => {
             rel.columns = rel

@@ -32,6 +32,13 @@ pub fn step_columns(
                 }
             }
         }
+        Action::WindowFields { assignments } => {
+            for a in assignments {
+                if !cols.contains(&a.name) {
+                    cols.push(a.name.clone());
+                }
+            }
+        }
         Action::DropFields { fields, .. } => cols.retain(|c| !fields.contains(c)),
         Action::RenameFields { mapping } => {
             for c in &mut cols {

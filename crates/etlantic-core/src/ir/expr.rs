@@ -224,10 +224,20 @@ impl Expr {
                             .map(|a| a.iter().map(Self::decode).collect::<Result<Vec<_>, _>>())
                             .transpose()?
                             .unwrap_or_default();
-                        Ok(Expr::Call {
-                            function: qualify(callee),
-                            args,
-                        })
+                        let function = qualify(callee);
+                        // ETLantic-py writes `in(x, 3, 4)`: the values after the first
+                        // are the list (`in(x, v)` keeps its meaning: equality, or
+                        // containment in a list or a string).
+                        if function == "dtcs:in" && args.len() > 2 {
+                            let mut args = args;
+                            let items = args.split_off(1);
+                            args.push(Expr::Call {
+                                function: "dtcs:list".into(),
+                                args: items,
+                            });
+                            return Ok(Expr::Call { function, args });
+                        }
+                        Ok(Expr::Call { function, args })
                     }
                     "lambda" => Err("lambda expressions are not supported".into()),
                     other => Err(format!("unknown expression kind `{other}`")),
@@ -391,6 +401,11 @@ impl Expr {
     }
 }
 
+/// Function ids ETLantic-py's portable baseline uses that the `dtcs` crate's registry
+/// does not list (it builds lists with `dtcs:list`): known functions, so a backend
+/// without them refuses them as a gap (`ETL501`), not as unknown (`ETL306`).
+pub const ETLANTIC_PY_FUNCTIONS: &[&str] = &["dtcs:array"];
+
 /// Adds the `dtcs:` namespace to an unqualified function name.
 pub fn qualify(name: &str) -> String {
     if name.contains(':') {
@@ -415,6 +430,13 @@ fn decode_literal(v: &Value) -> Result<Expr, String> {
                 .ok_or("string literal without a string")?
                 .to_string(),
         ),
+        // DTCS's `missing` and `invalid` are values only engines with three-state
+        // distinct semantics can carry; ETLantic's columns are null or a value.
+        "missing" | "invalid" => {
+            return Err(format!(
+                "a `{ty}` literal needs three-state values (three_state_distinct), which this engine does not have: use a null literal"
+            ))
+        }
         other => return Err(format!("unsupported literal type `{other}`")),
     };
     Ok(Expr::Literal(lit))

@@ -22,14 +22,16 @@ pub mod action;
 pub mod builder;
 pub mod column_lineage;
 pub mod columns;
+pub mod envelope;
 pub mod expr;
 pub mod keys;
 pub mod lineage;
+pub mod numeric;
 pub mod types;
 
 pub use action::{
     Action, ActionNode, AggFunc, Aggregate, JoinTimeRange, JoinType, NamedExpr, SortKey,
-    WindowKind, WindowSpec,
+    WindowField, WindowKind, WindowSpec, WINDOW_FUNCTIONS,
 };
 pub use builder::TransformPlanBuilder;
 pub use expr::{BinaryOp, Expr, Literal, UnaryOp};
@@ -159,6 +161,10 @@ impl DecodedPlan {
     }
 }
 
+/// The byte budget of a plan document: the `dtcs` crate's (8 MiB), which it does not
+/// export; a larger document is left to it to refuse.
+const MAX_PLAN_BYTES: usize = 8 * 1024 * 1024;
+
 /// A loaded `dtcs.transform-plan/2` document and its decoded view.
 #[derive(Clone, Debug)]
 pub struct TransformPlan {
@@ -194,10 +200,23 @@ const FIELD_ACTIONS: &[(&str, &str)] = &[
 ];
 
 impl TransformPlan {
-    /// Reads a plan from JSON (v1 plans are migrated, as the `dtcs` crate does).
+    /// Reads a plan from JSON (v1 plans are migrated, as the `dtcs` crate does). A
+    /// `dtcs.transform-plan/2` document may leave out its envelope — `profile`,
+    /// `specificationVersion`, `transformation`, `errorMode` — as the plans ETLantic-py's
+    /// compilers take do: see [`envelope`] for the defaults and the checks of values
+    /// that are given.
     pub fn from_json(bytes: &[u8], origin: &str) -> Result<Self> {
+        let completed = match serde_json::from_slice::<Value>(bytes) {
+            Ok(Value::Object(mut doc)) if bytes.len() <= MAX_PLAN_BYTES => {
+                envelope::complete(&mut doc, origin)?;
+                Some(serde_json::to_vec(&doc).expect("JSON values serialise"))
+            }
+            // Not an object, or too large: the `dtcs` crate says what is wrong.
+            _ => None,
+        };
         let portable =
-            dtcs::PortablePlan::from_json_migrating(bytes).map_err(|e| plan_error(origin, e))?;
+            dtcs::PortablePlan::from_json_migrating(completed.as_deref().unwrap_or(bytes))
+                .map_err(|e| plan_error(origin, e))?;
         Self::from_portable(portable, origin)
     }
 
@@ -227,6 +246,7 @@ impl TransformPlan {
                 format!("unsupported plan identity `{}`", portable.plan_identity),
             ));
         }
+        envelope::check(&portable, origin)?;
         if !portable.rules.is_empty() {
             return Err(plan_error(
                 origin,

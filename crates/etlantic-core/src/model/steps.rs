@@ -35,8 +35,8 @@
 //! ```
 
 use crate::ir::action::{
-    decode_action, encode_action, AggFunc, Aggregate, DEDUP_WITHIN_WATERMARK, JOIN_TIME_RANGE,
-    PROCESS, WINDOW_AGGREGATE,
+    decode_action, encode_action, Aggregate, DEDUP_WITHIN_WATERMARK, JOIN_TIME_RANGE, PROCESS,
+    WINDOW_AGGREGATE,
 };
 use crate::ir::{Action, Expr, NamedExpr};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -79,18 +79,8 @@ fn aggregates_map(v: &Value) -> Result<Vec<Aggregate>, String> {
         .map(|(name, e)| {
             let expr = Expr::decode(e)?;
             match expr {
-                Expr::Call { function, mut args } => {
-                    let func = AggFunc::parse(&function)
-                        .ok_or_else(|| format!("`{function}` is not an aggregate function"))?;
-                    Ok(Aggregate {
-                        name: name.clone(),
-                        func,
-                        arg: if args.is_empty() {
-                            None
-                        } else {
-                            Some(args.remove(0))
-                        },
-                    })
+                Expr::Call { function, args } => {
+                    crate::ir::action::aggregate_call(name.clone(), &function, args)
                 }
                 other => Err(format!(
                     "aggregate `{name}` must be a function call, got `{other}`"

@@ -13,7 +13,8 @@ use crate::relation::Relation;
 use crate::table::ORD;
 use arrow::datatypes::DataType;
 use datafusion::functions_aggregate::expr_fn::{
-    avg, count, count_distinct, first_value, last_value, max, min, sum,
+    avg, count, count_distinct, first_value, last_value, max, min, stddev, stddev_pop, sum,
+    var_pop, var_sample,
 };
 use datafusion::logical_expr::{lit, Expr as DfExpr};
 use etlantic_core::ir::{AggFunc, Aggregate, NamedExpr};
@@ -66,6 +67,19 @@ pub(crate) fn aggregate_expr(a: &Aggregate, scope: &Scope, ord: Option<DfExpr>) 
         AggFunc::Max => max(arg),
         AggFunc::First => first_value(arg, order()),
         AggFunc::Last => last_value(arg, order()),
+        AggFunc::Variance
+        | AggFunc::VariancePopulation
+        | AggFunc::Stddev
+        | AggFunc::StddevPopulation => {
+            numeric(a.func.id())?;
+            let x = datafusion::logical_expr::cast(arg, DataType::Float64);
+            match a.func {
+                AggFunc::Variance => var_sample(x),
+                AggFunc::VariancePopulation => var_pop(x),
+                AggFunc::Stddev => stddev(x),
+                _ => stddev_pop(x),
+            }
+        }
     })
 }
 

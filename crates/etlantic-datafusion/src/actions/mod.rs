@@ -10,6 +10,7 @@ pub(crate) mod join;
 mod ordering;
 mod union;
 mod window;
+mod window_functions;
 
 use crate::error;
 use crate::plan::order::Demand;
@@ -33,6 +34,9 @@ pub(crate) fn apply(
         Action::Filter { predicate } => columns::filter(target, predicate, demand),
         Action::Project { fields } => columns::project(target, fields, demand),
         Action::WithFields { assignments } => columns::with_fields(target, assignments, demand),
+        Action::WindowFields { assignments } => {
+            window_functions::window_fields(target, assignments, demand)
+        }
         Action::DropFields {
             fields,
             ignore_missing,

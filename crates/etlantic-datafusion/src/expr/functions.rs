@@ -3,7 +3,8 @@
 //! Where DataFusion's function of the same name has other semantics, the DTCS one is
 //! built from parts: `concat` propagates nulls (DataFusion skips them), `substr` counts
 //! from 0, `least`/`greatest` are null when any argument is, `trim` strips Unicode white
-//! space, `round`/`floor`/`ceil`/`power`/`sqrt` return decimals, and so on.
+//! space, `round` rounds ties to even (as ETLantic-py),
+//! `round`/`floor`/`ceil`/`power`/`sqrt` return decimals, and so on.
 
 use super::types::{
     cast_target, describe, is_boolean, is_date, is_integer, is_list, is_null, is_numeric,
@@ -64,6 +65,15 @@ pub(crate) const SCALAR_FUNCTIONS: &[&str] = &[
     "dtcs:date_part",
     "dtcs:current_date",
     "dtcs:current_timestamp",
+    "dtcs:split",
+    "dtcs:regex_extract",
+    "dtcs:regex_replace",
+    "dtcs:array",
+    "dtcs:size",
+    "dtcs:index",
+    "dtcs:element_at",
+    "dtcs:object",
+    "dtcs:field",
 ];
 
 /// Aggregate functions: valid only in `dtcs:aggregate` / `etlantic:window_aggregate`.
@@ -374,7 +384,7 @@ pub(crate) fn call(function: &str, args: &[Expr], scope: &Scope) -> Result<DfExp
                 lit(0i64)
             };
             let x = f64_arg(a.remove(0));
-            Ok(functions::math::round().call(vec![x, digits]))
+            Ok(super::rounding::round_half_even_expr(x, digits))
         }
         "dtcs:floor" | "dtcs:ceil" => {
             arity(f, args, 1, Some(1))?;
@@ -413,16 +423,106 @@ pub(crate) fn call(function: &str, args: &[Expr], scope: &Scope) -> Result<DfExp
         "dtcs:least" | "dtcs:greatest" | "dtcs:min" | "dtcs:max" if args.len() >= 2 => {
             let a = typed(args, scope)?;
             numbers(f, &a)?;
-            let es: Vec<DfExpr> = a.into_iter().map(f64_arg).collect();
+            // Integers stay integers (as in ETLantic-py); any other number makes a float.
+            let integers = a.iter().all(|x| is_integer(&x.t) || is_null(&x.t));
+            let ty = if integers {
+                DataType::Int64
+            } else {
+                DataType::Float64
+            };
+            let es: Vec<DfExpr> = a
+                .into_iter()
+                .map(|x| if integers { cast(x.e, DataType::Int64) } else { f64_arg(x) })
+                .collect();
             let udf = if matches!(f, "dtcs:least" | "dtcs:min") {
                 functions::core::least()
             } else {
                 functions::core::greatest()
             };
             let value = udf.call(es.clone());
-            null_if_any_null(&es, value, &DataType::Float64)
+            null_if_any_null(&es, value, &ty)
         }
         "dtcs:in" => in_list(f, args, scope),
+        "dtcs:split" => {
+            arity(f, args, 2, Some(2))?;
+            let a = typed(args, scope)?;
+            strings(f, &a)?;
+            Ok(datafusion::functions_nested::string::string_to_array_udf().call(exprs(a)))
+        }
+        "dtcs:regex_replace" => {
+            arity(f, args, 3, Some(3))?;
+            let a = typed(args, scope)?;
+            strings(f, &a)?;
+            let mut es = exprs(a);
+            // Every match, as the `regex` crate's `replace_all` (the reference runtime).
+            es.push(lit("g"));
+            Ok(functions::regex::regexp_replace().call(es))
+        }
+        "dtcs:regex_extract" => regex_extract(f, args, scope),
+        "dtcs:array" => {
+            arity(f, args, 1, None)?;
+            let a = typed(args, scope)?;
+            Ok(datafusion::functions_nested::make_array::make_array_udf().call(exprs(a)))
+        }
+        "dtcs:size" => {
+            arity(f, args, 1, Some(1))?;
+            let a = typed(args, scope)?.remove(0);
+            if is_string(&a.t) {
+                return Ok(cast(
+                    functions::unicode::character_length().call(vec![a.e]),
+                    DataType::Int64,
+                ));
+            }
+            if !(is_list(&a.t) || matches!(a.t, DataType::Map(..)) || is_null(&a.t)) {
+                return Err(bad_call(f, format!("expects a list, a map or a string, got {}", describe(&a.t))));
+            }
+            // The number of elements (0 for an empty list), null for a null list.
+            let n = cast(
+                datafusion::functions_nested::cardinality::cardinality_udf().call(vec![a.e.clone()]),
+                DataType::Int64,
+            );
+            case(
+                a.e.is_null(),
+                lit(ScalarValue::Int64(None)),
+                functions::core::coalesce().call(vec![n, lit(0i64)]),
+            )
+        }
+        "dtcs:index" | "dtcs:element_at" => list_element(f, args, scope),
+        "dtcs:object" => {
+            if !args.len().is_multiple_of(2) || args.is_empty() {
+                return Err(bad_call(f, "takes name/value pairs"));
+            }
+            let mut parts = Vec::with_capacity(args.len());
+            let mut names = std::collections::HashSet::new();
+            for pair in args.chunks(2) {
+                let name = literal_str(f, &pair[0], "field name")?;
+                if !names.insert(name.to_string()) {
+                    return Err(bad_call(f, format!("names `{name}` twice")));
+                }
+                parts.push(lit(name));
+                parts.push(compile(&pair[1], scope)?);
+            }
+            Ok(functions::core::named_struct().call(parts))
+        }
+        "dtcs:field" => {
+            arity(f, args, 2, Some(2))?;
+            let object = typed(&args[..1], scope)?.remove(0);
+            let name = literal_str(f, &args[1], "field name")?;
+            match &object.t {
+                DataType::Struct(fields) if fields.iter().any(|x| x.name() == name) => {
+                    Ok(functions::core::get_field().call(vec![object.e, lit(name)]))
+                }
+                DataType::Struct(fields) => Err(bad_call(
+                    f,
+                    format!(
+                        "the object has no field `{name}` (fields: {})",
+                        fields.iter().map(|x| x.name().as_str()).collect::<Vec<_>>().join(", ")
+                    ),
+                )),
+                other if is_null(other) => Ok(lit(ScalarValue::Null)),
+                other => Err(bad_call(f, format!("expects an object, got {}", describe(other)))),
+            }
+        }
         "dtcs:between" => {
             arity(f, args, 3, Some(3))?;
             let a = typed(args, scope)?;
@@ -653,6 +753,72 @@ fn to_integer(f: &str, a: Arg) -> Result<DfExpr> {
             DataType::Int64,
         ),
         cast(x, DataType::Int64),
+    )
+}
+
+/// `regex_extract(text, pattern[, group])`: the group (0: the whole match) of the first
+/// match, null when nothing matches or the group did not take part. DataFusion's
+/// `regexp_match` returns the capture groups only, so the pattern is wrapped in one more
+/// group, which holds the whole match.
+fn regex_extract(f: &str, args: &[Expr], scope: &Scope) -> Result<DfExpr> {
+    arity(f, args, 2, Some(3))?;
+    let mut a = typed(args, scope)?;
+    strings(f, &a[..2])?;
+    let group = if a.len() == 3 {
+        let g = a.pop().expect("three args");
+        expect(f, &g, is_integer, "an integer group")?;
+        if const_int(&args[2]).is_some_and(|g| g < 0) {
+            return Err(bad_call(f, "the group must not be negative"));
+        }
+        cast(g.e, DataType::Int64)
+    } else {
+        lit(0i64)
+    };
+    let mut es = exprs(a);
+    let pattern = es.pop().expect("a pattern");
+    let text = es.pop().expect("a text");
+    let whole = functions::string::concat().call(vec![lit("("), pattern, lit(")")]);
+    let groups = functions::regex::regexp_match().call(vec![text, whole]);
+    Ok(datafusion::functions_nested::extract::array_element_udf()
+        .call(vec![groups, group + lit(1i64)]))
+}
+
+/// `index(list, i)` and `element_at(list, i)`: the element at `i` counted from 0
+/// (negative: from the end, -1 the last). Out of bounds, `element_at` is null and `index`
+/// an error, as in the reference runtime.
+fn list_element(f: &str, args: &[Expr], scope: &Scope) -> Result<DfExpr> {
+    arity(f, args, 2, Some(2))?;
+    let a = typed(args, scope)?;
+    let (list, i) = (&a[0], &a[1]);
+    let item = match &list.t {
+        DataType::List(item) | DataType::LargeList(item) | DataType::FixedSizeList(item, _) => {
+            item.data_type().clone()
+        }
+        t if is_null(t) => return Ok(lit(ScalarValue::Null)),
+        t => return Err(bad_call(f, format!("expects a list, got {}", describe(t)))),
+    };
+    expect(f, i, is_integer, "an integer index")?;
+    let i = cast(i.e.clone(), DataType::Int64);
+    // DataFusion counts from 1, and from the end with negative positions.
+    let position = case(i.clone().gt_eq(lit(0i64)), i.clone() + lit(1i64), i.clone())?;
+    let element = datafusion::functions_nested::extract::array_element_udf()
+        .call(vec![list.e.clone(), position]);
+    if f == "dtcs:element_at" {
+        return Ok(element);
+    }
+    let len = cast(
+        datafusion::functions_nested::cardinality::cardinality_udf().call(vec![list.e.clone()]),
+        DataType::Int64,
+    );
+    let len = functions::core::coalesce().call(vec![len, lit(0i64)]);
+    let out_of_bounds = i
+        .clone()
+        .gt_eq(len.clone())
+        .or(i.clone().lt(lit(0i64) - len));
+    case(
+        list.e.clone().is_not_null().and(out_of_bounds),
+        runtime_error("dtcs:index: the list index is out of bounds", i, item),
+        element,
     )
 }
 

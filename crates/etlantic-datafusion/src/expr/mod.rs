@@ -11,6 +11,7 @@
 
 mod checked;
 mod functions;
+mod rounding;
 pub(crate) mod types;
 
 use crate::error;

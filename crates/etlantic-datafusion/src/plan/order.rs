@@ -65,8 +65,9 @@ pub(crate) fn input_demand(op: &Action, out: Demand) -> (Demand, Demand) {
         | Action::Distinct { .. }
         | Action::Deduplicate { .. }
         | Action::DeduplicateWithinWatermark { .. } => (Demand::Require, Demand::None),
-        // A processor sees each key's rows in input order.
-        Action::Process { .. } => (Demand::Require, Demand::None),
+        // A processor sees each key's rows in input order; window functions break ties
+        // in the window's order by it.
+        Action::Process { .. } | Action::WindowFields { .. } => (Demand::Require, Demand::None),
     }
 }
 

@@ -1,6 +1,9 @@
 //! Incremental aggregate state for streaming aggregations, with Spark's result types:
 //! `count` → long; `sum(long)` → long; `sum(double)` → double; `sum(decimal(p,s))` →
-//! decimal(p+10,s); `avg` → double; `min`/`max`/`first`/`last` → the input type.
+//! decimal(p+10,s); `avg`, `variance`, `stddev` → double; `min`/`max`/`first`/`last` →
+//! the input type. Variances keep Welford's count, mean and sum of squared deviations,
+//! merged by Chan's formula, so that they are exact to rounding however the rows are
+//! split into micro-batches.
 //! Aggregates over only nulls are null (count is 0). Min/max/first/last keep their value
 //! in Arrow's row format, whose byte order is the value order, so they work for every
 //! type; over integers, dates and timestamps they keep a plain `i64` instead, which
@@ -36,6 +39,7 @@ impl AggSpec {
         match (self.func, &self.input_type) {
             (AggFunc::CountAll | AggFunc::Count | AggFunc::CountDistinct, _) => DataType::Int64,
             (AggFunc::Average, _) => DataType::Float64,
+            (f, _) if is_variance(f) => DataType::Float64,
             (AggFunc::Sum, Some(DataType::Decimal128(p, s))) => {
                 DataType::Decimal128((*p + 10).min(38), *s)
             }
@@ -82,6 +86,17 @@ fn fits_i64(t: &DataType) -> bool {
         )
 }
 
+/// `variance` and `stddev`, sample or population.
+fn is_variance(f: AggFunc) -> bool {
+    matches!(
+        f,
+        AggFunc::Variance
+            | AggFunc::VariancePopulation
+            | AggFunc::Stddev
+            | AggFunc::StddevPopulation
+    )
+}
+
 fn is_float(t: &DataType) -> bool {
     matches!(t, DataType::Float16 | DataType::Float32 | DataType::Float64)
 }
@@ -99,6 +114,9 @@ pub enum Acc {
     SumD(Option<i128>),
     /// Average: sum and count of non-null values.
     Avg(f64, i64),
+    /// Variance and standard deviation: count, mean and sum of squared deviations from
+    /// the mean of the non-null values (Welford).
+    Var(i64, f64, f64),
     /// Min/max/first/last of a type that [fits an i64](fits_i64), as that integer.
     Int(Option<i64>),
     /// Min/max/first/last as an encoded row.
@@ -166,6 +184,7 @@ impl Accumulators {
             (AggFunc::CountAll | AggFunc::Count, _) => Acc::Count(0),
             (AggFunc::CountDistinct, _) => Acc::Distinct(Default::default()),
             (AggFunc::Average, _) => Acc::Avg(0.0, 0),
+            (f, _) if is_variance(f) => Acc::Var(0, 0.0, 0.0),
             (AggFunc::Sum, Some(DataType::Decimal128(..))) => Acc::SumD(None),
             (AggFunc::Sum, Some(t)) if is_float(t) => Acc::SumF(None),
             (AggFunc::Sum, _) => Acc::SumI(None),
@@ -195,6 +214,7 @@ impl Accumulators {
                     (AggFunc::Sum, t) if is_float(t) => AggInput::F64(f64s(c)?),
                     (AggFunc::Sum, _) => AggInput::I64(i64s(c)?),
                     (AggFunc::Average, _) => AggInput::F64(f64s(c)?),
+                    (f, _) if is_variance(f) => AggInput::F64(f64s(c)?),
                     _ if s.keeps_int() => AggInput::I64(i64s(c)?),
                     _ => {
                         let conv = conv.as_ref().expect("row aggregates have converters");
@@ -294,6 +314,9 @@ impl Accumulators {
                     *s1 += *s2;
                     *n1 += *n2;
                 }
+                (Acc::Var(n1, mean1, m21), Acc::Var(n2, mean2, m22)) => {
+                    (*n1, *mean1, *m21) = merge_moments((*n1, *mean1, *m21), (*n2, *mean2, *m22));
+                }
                 (Acc::Distinct(x), Acc::Distinct(y)) => x.append(y),
                 (Acc::Int(x), Acc::Int(Some(v))) => *x = Some(pick(spec.func, *x, *v)),
                 (Acc::Row(x), Acc::Row(y)) => {
@@ -348,6 +371,31 @@ impl Accumulators {
                     out.push((
                         Field::new(format!("{}__count", s.name), DataType::Int64, true),
                         Arc::new(counts) as ArrayRef,
+                    ));
+                }
+                f if is_variance(f) => {
+                    let part = |k: usize| -> ArrayRef {
+                        let values = groups.clone().map(|g| match &g[i] {
+                            Acc::Var(n, mean, m2) => Some([*n as f64, *mean, *m2][k]),
+                            _ => None,
+                        });
+                        if k == 0 {
+                            Arc::new(values.map(|v| v.map(|n| n as i64)).collect::<Int64Array>())
+                        } else {
+                            Arc::new(values.collect::<Float64Array>())
+                        }
+                    };
+                    out.push((
+                        Field::new(format!("{}__count", s.name), DataType::Int64, true),
+                        part(0),
+                    ));
+                    out.push((
+                        Field::new(format!("{}__mean", s.name), DataType::Float64, true),
+                        part(1),
+                    ));
+                    out.push((
+                        Field::new(format!("{}__m2", s.name), DataType::Float64, true),
+                        part(2),
                     ));
                 }
                 AggFunc::CountDistinct => {
@@ -408,6 +456,28 @@ impl Accumulators {
                     })
                     .collect::<Float64Array>(),
             ),
+            f if is_variance(f) => {
+                let sample = matches!(f, AggFunc::Variance | AggFunc::Stddev);
+                let sqrt = matches!(f, AggFunc::Stddev | AggFunc::StddevPopulation);
+                Arc::new(
+                    accs.iter()
+                        .map(|a| match a {
+                            Acc::Var(n, _, m2) => {
+                                let d = if sample { *n - 1 } else { *n };
+                                (d > 0).then(|| {
+                                    let v = m2 / d as f64;
+                                    if sqrt {
+                                        v.sqrt()
+                                    } else {
+                                        v
+                                    }
+                                })
+                            }
+                            _ => None,
+                        })
+                        .collect::<Float64Array>(),
+                )
+            }
             AggFunc::Sum => match spec.output_type() {
                 DataType::Float64 => Arc::new(
                     accs.iter()
@@ -532,6 +602,12 @@ impl Accumulators {
                         None => out.push(0),
                     }
                 }
+                Acc::Var(n, mean, m2) => {
+                    out.push(7);
+                    out.extend_from_slice(&n.to_le_bytes());
+                    out.extend_from_slice(&mean.to_le_bytes());
+                    out.extend_from_slice(&m2.to_le_bytes());
+                }
                 Acc::Distinct(_) => {
                     return Err(Error::new(
                         &codes::UNSUPPORTED_STREAMING_OP,
@@ -565,6 +641,11 @@ impl Accumulators {
                     Acc::Avg(sum, c.i64().ok_or_else(bad)?)
                 }
                 5 => Acc::Int(c.opt(Cursor::i64).ok_or_else(bad)?),
+                7 => {
+                    let n = c.i64().ok_or_else(bad)?;
+                    let mean = c.f64().ok_or_else(bad)?;
+                    Acc::Var(n, mean, c.f64().ok_or_else(bad)?)
+                }
                 6 => Acc::Row(match c.byte().ok_or_else(bad)? {
                     0 => None,
                     _ => {
@@ -604,6 +685,16 @@ impl Accumulators {
                         state_column(batch, &format!("{}__count", s.name), OP)?;
                     for (r, g) in groups.iter_mut().enumerate() {
                         g[i] = Acc::Avg(sums.value(r), counts.value(r));
+                    }
+                }
+                f if is_variance(f) => {
+                    let counts: Int64Array =
+                        state_column(batch, &format!("{}__count", s.name), OP)?;
+                    let means: Float64Array =
+                        state_column(batch, &format!("{}__mean", s.name), OP)?;
+                    let m2s: Float64Array = state_column(batch, &format!("{}__m2", s.name), OP)?;
+                    for (r, g) in groups.iter_mut().enumerate() {
+                        g[i] = Acc::Var(counts.value(r), means.value(r), m2s.value(r));
                     }
                 }
                 _ if s.keeps_int() => {
@@ -715,6 +806,11 @@ fn update_one(acc: &mut Acc, input: &AggInput, spec: &AggSpec, i: usize) -> Resu
                 *n += 1;
             }
         }
+        (Acc::Var(n, mean, m2), AggInput::F64(a)) => {
+            if a.is_valid(i) {
+                (*n, *mean, *m2) = merge_moments((*n, *mean, *m2), (1, a.value(i), 0.0));
+            }
+        }
         (Acc::Row(v), AggInput::Rows(arr, rows)) => {
             if arr.is_valid(i) {
                 let r = rows.row(i);
@@ -748,6 +844,24 @@ fn update_one(acc: &mut Acc, input: &AggInput, spec: &AggSpec, i: usize) -> Resu
         }
     }
     Ok(())
+}
+
+/// Count, mean and sum of squared deviations of two parts combined (Chan et al.; with
+/// a part of one value it is Welford's update).
+fn merge_moments(a: (i64, f64, f64), b: (i64, f64, f64)) -> (i64, f64, f64) {
+    let (n1, mean1, m21) = a;
+    let (n2, mean2, m22) = b;
+    if n2 == 0 {
+        return a;
+    }
+    if n1 == 0 {
+        return b;
+    }
+    let n = n1 + n2;
+    let delta = mean2 - mean1;
+    let mean = mean1 + delta * n2 as f64 / n as f64;
+    let m2 = m21 + m22 + delta * delta * (n1 as f64) * (n2 as f64) / n as f64;
+    (n, mean, m2)
 }
 
 /// The value a min/max/first/last keeps after `current` when `next` comes.
@@ -864,6 +978,64 @@ mod tests {
             func,
             input_type: t,
         }
+    }
+
+    /// Variances split over micro-batches equal those of all rows at once, and their
+    /// state survives encoding and snapshots.
+    #[test]
+    fn variances_merge_across_batches() {
+        let accs = Accumulators::new(vec![
+            spec("v", AggFunc::Variance, Some(DataType::Int64)),
+            spec("vp", AggFunc::VariancePopulation, Some(DataType::Int64)),
+            spec("s", AggFunc::Stddev, Some(DataType::Float64)),
+            spec("sp", AggFunc::StddevPopulation, Some(DataType::Float64)),
+        ])
+        .unwrap();
+        let feed = |values: &[Option<i64>]| {
+            let col: ArrayRef = Arc::new(Int64Array::from(values.to_vec()));
+            let inputs = accs.prepare(&vec![Some(col); 4]).unwrap();
+            let mut state = accs.init();
+            for i in 0..values.len() {
+                accs.update(&mut state, &inputs, i).unwrap();
+            }
+            state
+        };
+        let mut split = feed(&[Some(1), None, Some(2)]);
+        let mut rest = feed(&[Some(3), Some(4)]);
+        accs.merge(&mut split, &mut rest).unwrap();
+        let whole = feed(&[Some(1), Some(2), Some(3), Some(4), None]);
+        let out = |state: &Vec<Acc>| -> Vec<f64> {
+            accs.finish(std::iter::once(state.as_slice()))
+                .unwrap()
+                .iter()
+                .map(|c| c.as_primitive::<Float64Type>().value(0))
+                .collect()
+        };
+        // 1, 2, 3, 4: squared deviations sum to 5.
+        let expected = [5.0 / 3.0, 1.25, (5.0f64 / 3.0).sqrt(), 1.25f64.sqrt()];
+        for (got, want) in out(&split)
+            .iter()
+            .zip(expected)
+            .chain(out(&whole).iter().zip(expected))
+        {
+            assert!((got - want).abs() < 1e-12, "{got} != {want}");
+        }
+        let mut bytes = Vec::new();
+        accs.encode(&split, &mut bytes).unwrap();
+        assert_eq!(accs.decode(&bytes).unwrap(), split);
+        let (fields, columns): (Vec<Field>, Vec<ArrayRef>) = accs
+            .state_columns(std::iter::once(split.as_slice()))
+            .unwrap()
+            .into_iter()
+            .unzip();
+        let batch =
+            RecordBatch::try_new(Arc::new(arrow::datatypes::Schema::new(fields)), columns).unwrap();
+        assert_eq!(accs.restore(&batch).unwrap(), vec![split.clone()]);
+        // One value: no sample variance, a population variance of 0.
+        let one = feed(&[Some(7)]);
+        let c = accs.finish(std::iter::once(one.as_slice())).unwrap();
+        assert!(c[0].is_null(0));
+        assert_eq!(c[1].as_primitive::<Float64Type>().value(0), 0.0);
     }
 
     /// Every kind of accumulator state reads back as written; bytes of another shape are

@@ -2,7 +2,7 @@
 //!
 //! Each is defined as DTCS (and the reference engine) define it: `concat` and `+` on
 //! strings are null when an argument is, `substr` counts characters from 0, `trim`
-//! strips Unicode white space, `round` rounds half away from zero and returns a decimal
+//! strips Unicode white space, `round` rounds ties to even and returns a decimal
 //! (`Float64`), `least`/`greatest` compare as decimals and are null when an argument is,
 //! `coalesce` and `case_when` evaluate an argument only where it is used, `x in (...)` is
 //! SQL's `IN` (three-valued). Functions outside [`FUNCTIONS`] are refused (`ETL501`).
@@ -63,6 +63,8 @@ const AGGREGATES: &[&str] = &[
     "dtcs:average",
     "dtcs:first",
     "dtcs:last",
+    "dtcs:variance",
+    "dtcs:stddev",
     "dtcs:min",
     "dtcs:max",
 ];
@@ -397,8 +399,18 @@ pub(crate) fn call(
             let a = typed(args, scope, guard)?;
             numbers(f, &a)?;
             let greatest = matches!(f, "dtcs:greatest" | "dtcs:max");
+            let integers = a
+                .iter()
+                .all(|x| is_integer(&x.dtype) || is_null(&x.dtype));
+            if integers {
+                let inputs = a.into_iter().map(|x| x.cast_to(&DataType::Int64)).collect();
+                return Ok(Compiled::new(
+                    kernels::least_greatest(inputs, greatest, true),
+                    DataType::Int64,
+                ));
+            }
             Ok(Compiled::new(
-                kernels::least_greatest(f64s(a), greatest),
+                kernels::least_greatest(f64s(a), greatest, false),
                 DataType::Float64,
             ))
         }

@@ -7,7 +7,7 @@
 //! - String functions with Rust's (and the reference engine's) definitions: Unicode case
 //!   mapping, `substr` counting characters from 0, `trim` of Unicode white space,
 //!   `replace`, `length` in characters.
-//! - `round` half away from zero (`(x * 10^d).round() / 10^d`), `least`/`greatest` in
+//! - `round` ties to even (`etlantic_core::ir::numeric::round_half_even`), `least`/`greatest` in
 //!   Arrow's total order of floats, null when any argument is.
 //!
 //! Functions that can fail take an optional *guard*: a boolean column that is true on the
@@ -356,8 +356,8 @@ fn fits(v: i64, dt: &DataType) -> bool {
     }
 }
 
-/// `round(x, digits)`: `(x * 10^digits).round() / 10^digits` in `Float64` (half away
-/// from zero).
+/// `round(x, digits)` in `Float64`, ties to even
+/// ([`etlantic_core::ir::numeric::round_half_even`]).
 pub(crate) fn round(inputs: Vec<Expr>) -> Expr {
     udf("dtcs:round", inputs, DataType::Float64, |s| {
         let x = floats(&s[0])?;
@@ -368,13 +368,7 @@ pub(crate) fn round(inputs: Vec<Expr>) -> Expr {
         let mut out = Vec::with_capacity(x.len());
         for (x, d) in x.iter().zip(d.iter()) {
             out.push(match (x, d) {
-                (Some(x), Some(d)) => {
-                    let d = i32::try_from(d).map_err(|_| {
-                        compute_err(format!("the number of digits {d} is out of range"))
-                    })?;
-                    let factor = 10f64.powi(d);
-                    Some((x * factor).round() / factor)
-                }
+                (Some(x), Some(d)) => Some(etlantic_core::ir::numeric::round_half_even(x, d)),
                 _ => None,
             });
         }
@@ -426,45 +420,56 @@ pub(crate) fn sqrt(inputs: Vec<Expr>, guarded: bool) -> Expr {
     })
 }
 
-/// `least`/`greatest` of `Float64`s in Arrow's total order; null when any argument is.
-pub(crate) fn least_greatest(inputs: Vec<Expr>, greatest: bool) -> Expr {
+/// `least`/`greatest` of `Float64`s in Arrow's total order, or of `Int64`s when
+/// `integers` (as ETLantic-py keeps integers integers); null when any argument is.
+pub(crate) fn least_greatest(inputs: Vec<Expr>, greatest: bool, integers: bool) -> Expr {
     let name = if greatest {
         "dtcs:greatest"
     } else {
         "dtcs:least"
     };
-    udf(name, inputs, DataType::Float64, move |s| {
-        let cols = s.iter().map(floats).collect::<PolarsResult<Vec<_>>>()?;
-        let n = cols.first().map_or(0, |c| c.len());
-        let mut out = Vec::with_capacity(n);
-        for i in 0..n {
-            let mut acc: Option<f64> = None;
-            let mut null = false;
-            for c in &cols {
-                match c.get(i) {
-                    None => null = true,
-                    Some(v) => {
-                        acc = Some(match acc {
-                            None => v,
-                            Some(a) => {
-                                let keep = if greatest {
-                                    a.total_cmp(&v).is_ge()
-                                } else {
-                                    a.total_cmp(&v).is_le()
-                                };
-                                if keep {
-                                    a
-                                } else {
-                                    v
-                                }
-                            }
-                        })
-                    }
+    fn pick<T: Copy>(cols: &[Vec<Option<T>>], keep_first: impl Fn(T, T) -> bool) -> Vec<Option<T>> {
+        let n = cols.first().map_or(0, Vec::len);
+        (0..n)
+            .map(|i| {
+                let mut acc: Option<T> = None;
+                for c in cols {
+                    let v = c[i]?;
+                    acc = Some(match acc {
+                        Some(a) if keep_first(a, v) => a,
+                        _ => v,
+                    });
                 }
-            }
-            out.push(if null { None } else { acc });
+                acc
+            })
+            .collect()
+    }
+    let out = if integers {
+        DataType::Int64
+    } else {
+        DataType::Float64
+    };
+    udf(name, inputs, out, move |s| {
+        if integers {
+            let cols = s
+                .iter()
+                .map(|c| Ok(ints(c)?.iter().collect()))
+                .collect::<PolarsResult<Vec<Vec<Option<i64>>>>>()?;
+            let v = pick(&cols, |a, b| if greatest { a >= b } else { a <= b });
+            return Ok(Int64Chunked::from_iter(v).into_series());
         }
-        Ok(Float64Chunked::from_iter(out).into_series())
+        let cols = s
+            .iter()
+            .map(|c| Ok(floats(c)?.iter().collect()))
+            .collect::<PolarsResult<Vec<Vec<Option<f64>>>>>()?;
+        let v = pick(&cols, |a: f64, b: f64| {
+            if greatest {
+                a.total_cmp(&b).is_ge()
+            } else {
+                a.total_cmp(&b).is_le()
+            }
+        });
+        Ok(Float64Chunked::from_iter(v).into_series())
     })
 }
 

@@ -6,7 +6,7 @@ use super::expr::ExprCompiler;
 use super::{cast_to, mismatch, typed_null, unify, unsupported, QueryBuilder, Rel, ORD};
 use crate::dialect::{quote, Dialect, Ty};
 use etlantic_core::diagnostics::{codes, Error, Result};
-use etlantic_core::ir::{Action, AggFunc, Expr, JoinType, NamedExpr, SortKey};
+use etlantic_core::ir::{Action, AggFunc, Expr, JoinType, NamedExpr, SortKey, WindowField};
 
 /// A column of a union: output name, column of the left side, column of the right
 /// side (none when that side lacks it), unified type.
@@ -28,6 +28,7 @@ impl QueryBuilder {
                 Ok(self.push(sql, r.columns.clone()))
             }
             Action::Project { fields } => self.project(&r, fields),
+            Action::WindowFields { assignments } => self.window_fields(&r, assignments),
             Action::WithFields { assignments } => {
                 let mut cur = r;
                 for a in assignments {
@@ -154,6 +155,94 @@ impl QueryBuilder {
             }
             other => Err(unsupported(format!("`{}`", other.id()), d)),
         }
+    }
+
+    /// Window functions as SQL window functions over the same rows; rows equal in the
+    /// window's order keep their row order (the ordinal is the last sort key).
+    fn window_fields(&mut self, r: &Rel, assignments: &[WindowField]) -> Result<Rel> {
+        let d = self.dialect;
+        let ord = quote(ORD);
+        let mut values: Vec<(String, String, Ty)> = Vec::new();
+        for a in assignments {
+            let Expr::Call { function, args } = &a.call else {
+                return Err(mismatch(format!("`{}` is not a window function", a.call)));
+            };
+            let (call, ty) = match (function.as_str(), args.len()) {
+                ("dtcs:row_number", 0) => ("row_number()".to_string(), Ty::Int),
+                ("dtcs:rank", 0) => ("rank()".to_string(), Ty::Int),
+                ("dtcs:dense_rank", 0) => ("dense_rank()".to_string(), Ty::Int),
+                ("dtcs:lag" | "dtcs:lead", 1..=3) => {
+                    let x = ExprCompiler::over(d, r).compile(&args[0])?;
+                    let offset = match args.get(1) {
+                        None => 1,
+                        Some(e) => super::expr::const_int(e).filter(|n| *n >= 0).ok_or_else(|| {
+                            mismatch(format!(
+                                "window assignment `{}`: the offset must be a non-negative integer literal",
+                                a.name
+                            ))
+                        })?,
+                    };
+                    let default = match args.get(2) {
+                        Some(e) => ExprCompiler::over(d, r).compile(e)?.sql,
+                        None => "NULL".to_string(),
+                    };
+                    let f = if function == "dtcs:lag" {
+                        "lag"
+                    } else {
+                        "lead"
+                    };
+                    (format!("{f}({}, {offset}, {default})", x.sql), x.ty)
+                }
+                (f, _) => return Err(unsupported(format!("the window function `{f}`"), d)),
+            };
+            let mut partition = Vec::new();
+            for p in &a.partition_by {
+                partition.push(ExprCompiler::over(d, r).compile(p)?.sql);
+            }
+            let mut terms = Vec::new();
+            for k in &a.order_by {
+                let e = ExprCompiler::over(d, r).compile(&k.expr)?;
+                terms.push(format!(
+                    "{} {} NULLS {}",
+                    e.sql,
+                    if k.descending { "DESC" } else { "ASC" },
+                    if k.nulls_first { "FIRST" } else { "LAST" }
+                ));
+            }
+            terms.push(format!("{ord} ASC"));
+            let partition = if partition.is_empty() {
+                String::new()
+            } else {
+                format!("PARTITION BY {} ", partition.join(", "))
+            };
+            let sql = format!("{call} OVER ({partition}ORDER BY {})", terms.join(", "));
+            match values.iter_mut().find(|(n, _, _)| *n == a.name) {
+                Some(v) => *v = (a.name.clone(), sql, ty),
+                None => values.push((a.name.clone(), sql, ty)),
+            }
+        }
+        let mut exprs = Vec::new();
+        let mut cols = Vec::new();
+        for (n, t) in &r.columns {
+            match values.iter().position(|(v, _, _)| v == n) {
+                Some(i) => {
+                    let (name, sql, ty) = values.remove(i);
+                    exprs.push(format!("{sql} AS {}", quote(&name)));
+                    cols.push((name, ty));
+                }
+                None => {
+                    exprs.push(quote(n));
+                    cols.push((n.clone(), t.clone()));
+                }
+            }
+        }
+        for (name, sql, ty) in values {
+            exprs.push(format!("{sql} AS {}", quote(&name)));
+            cols.push((name, ty));
+        }
+        exprs.push(ord);
+        let sql = format!("SELECT {} FROM {}", exprs.join(", "), r.from);
+        Ok(self.push(sql, cols))
     }
 
     fn project(&mut self, r: &Rel, fields: &[NamedExpr]) -> Result<Rel> {
@@ -480,6 +569,29 @@ impl QueryBuilder {
                         _ => "MAX",
                     };
                     (format!("{f}({})", x.sql), x.ty)
+                }
+                AggFunc::Variance
+                | AggFunc::VariancePopulation
+                | AggFunc::Stddev
+                | AggFunc::StddevPopulation => {
+                    let x = need_arg()?;
+                    if !x.ty.is_numeric() && x.ty != Ty::Null {
+                        return Err(mismatch(format!("`{}` needs numbers", a.func.id())));
+                    }
+                    if d == Dialect::Sqlite {
+                        // SQLite has neither function, nor a square root before 3.35.
+                        return Err(unsupported(format!("`{}`", a.func.id()), d));
+                    }
+                    let f = match a.func {
+                        AggFunc::Variance => "var_samp",
+                        AggFunc::VariancePopulation => "var_pop",
+                        AggFunc::Stddev => "stddev_samp",
+                        _ => "stddev_pop",
+                    };
+                    (
+                        format!("CAST({f}({}) AS DOUBLE PRECISION)", x.sql),
+                        Ty::Float,
+                    )
                 }
                 AggFunc::First | AggFunc::Last => {
                     let x = need_arg()?;

@@ -401,20 +401,42 @@ impl ExprCompiler {
                 arity(1, Some(2))?;
                 let a = self.args(args)?;
                 numbers(&a)?;
-                let digits = a
-                    .get(1)
-                    .map(|x| x.sql.clone())
-                    .unwrap_or_else(|| "0".into());
-                // Half away from zero: PostgreSQL's numeric round (its float round is
-                // half to even), SQLite's round.
-                let sql = match d {
-                    Dialect::Postgres => format!(
-                        "CAST(round(CAST({} AS NUMERIC), CAST({digits} AS INTEGER)) AS DOUBLE PRECISION)",
-                        a[0].sql
-                    ),
-                    Dialect::Sqlite => format!("round({}, {digits})", a[0].sql),
+                // Ties to even, as ETLantic-py rounds (and
+                // `etlantic_core::ir::numeric::round_half_even`): the tie is judged on
+                // y = x * 10^digits in double precision. PostgreSQL's float `round` is
+                // half to even; SQLite's rounds ties away from zero, so a tie is taken
+                // to the even neighbour by hand.
+                let digits = match args.get(1) {
+                    None => 0,
+                    Some(e) => match const_int(e) {
+                        Some(n) => n.clamp(-300, 300),
+                        None => {
+                            return Err(unsupported("`round` with a computed number of digits", d))
+                        }
+                    },
                 };
-                Ok(Compiled::new(sql, Ty::Float))
+                let real = match d {
+                    Dialect::Postgres => "DOUBLE PRECISION",
+                    Dialect::Sqlite => "REAL",
+                };
+                let factor = format!(
+                    "CAST({:e} AS {real})",
+                    10f64.powi(digits.unsigned_abs() as i32)
+                );
+                let x = format!("CAST({} AS {real})", a[0].sql);
+                let (y, back) = if digits >= 0 { ("*", "/") } else { ("/", "*") };
+                let y = format!("({x} {y} {factor})");
+                let rounded = match d {
+                    Dialect::Postgres => format!("round({y})"),
+                    Dialect::Sqlite => format!(
+                        "(CASE WHEN abs({y} - CAST({y} AS INTEGER)) = 0.5 \
+                         THEN CAST({y} AS INTEGER) + (CAST({y} AS INTEGER) % 2) ELSE round({y}) END)"
+                    ),
+                };
+                Ok(Compiled::new(
+                    format!("({rounded} {back} {factor})"),
+                    Ty::Float,
+                ))
             }
             "dtcs:floor" | "dtcs:ceil" if d == Dialect::Postgres => {
                 arity(1, Some(1))?;
@@ -429,11 +451,17 @@ impl ExprCompiler {
                 arity(2, None)?;
                 let a = self.args(args)?;
                 numbers(&a)?;
+                // Integers stay integers (as in ETLantic-py); any other number makes a float.
+                let integers = a.iter().all(|x| matches!(x.ty, Ty::Int | Ty::Null));
                 let parts: Vec<String> = a
                     .iter()
-                    .map(|x| match d {
-                        Dialect::Postgres => format!("CAST({} AS DOUBLE PRECISION)", x.sql),
-                        Dialect::Sqlite => format!("CAST({} AS REAL)", x.sql),
+                    .map(|x| match (d, integers) {
+                        (Dialect::Postgres, true) => format!("CAST({} AS BIGINT)", x.sql),
+                        (Dialect::Sqlite, true) => format!("CAST({} AS INTEGER)", x.sql),
+                        (Dialect::Postgres, false) => {
+                            format!("CAST({} AS DOUBLE PRECISION)", x.sql)
+                        }
+                        (Dialect::Sqlite, false) => format!("CAST({} AS REAL)", x.sql),
                     })
                     .collect();
                 let f = match (d, short) {
@@ -447,7 +475,7 @@ impl ExprCompiler {
                         any_null(&a),
                         parts.join(", ")
                     ),
-                    Ty::Float,
+                    if integers { Ty::Int } else { Ty::Float },
                 ))
             }
             "dtcs:in" => {
@@ -595,4 +623,15 @@ pub fn parse_instant_micros(s: &str) -> Option<i64> {
                 .and_utc()
                 .timestamp_micros()
         })
+}
+
+/// The value of an integer literal (including a negated one).
+pub(super) fn const_int(e: &Expr) -> Option<i64> {
+    match e {
+        Expr::Literal(Literal::Integer(i)) => Some(*i),
+        Expr::Unary(etlantic_core::ir::UnaryOp::Negate, inner) => {
+            const_int(inner).and_then(i64::checked_neg)
+        }
+        _ => None,
+    }
 }

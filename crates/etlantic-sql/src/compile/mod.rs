@@ -12,7 +12,7 @@
 //! together (SQL's `GROUP BY`/`PARTITION BY`), null keys never join unless the join is
 //! null-safe (`IS NOT DISTINCT FROM`, SQLite `IS`), `concat` and `+` on strings are null
 //! when any argument is, `least`/`greatest` are null when any argument is, `substr`
-//! counts from 0, `trim` strips Unicode white space, `round` rounds half away from zero.
+//! counts from 0, `trim` strips Unicode white space, `round` rounds ties to even (as ETLantic-py).
 //!
 //! What a dialect cannot compute exactly is not declared (see [`crate::capabilities`]):
 //! the compiler returns `ETL501` for it instead of computing something else.

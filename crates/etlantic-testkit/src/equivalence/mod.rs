@@ -9,6 +9,7 @@
 //! PostgreSQL when a URL is given.
 
 pub mod case;
+pub mod etlantic_py;
 pub mod runner;
 
 pub use case::Case;

@@ -3,8 +3,9 @@
 //! (field lists, aggregates, windows, durations, join time ranges).
 
 use super::{
-    Action, AggFunc, Aggregate, JoinTimeRange, JoinType, NamedExpr, SortKey, WindowKind,
-    WindowSpec, DEDUP_WITHIN_WATERMARK, JOIN_TIME_RANGE, PROCESS, WINDOW_AGGREGATE,
+    Action, AggFunc, Aggregate, JoinTimeRange, JoinType, NamedExpr, SortKey, WindowField,
+    WindowKind, WindowSpec, DEDUP_WITHIN_WATERMARK, JOIN_TIME_RANGE, PROCESS, WINDOW_AGGREGATE,
+    WINDOW_FUNCTIONS,
 };
 use crate::ir::expr::{literal_from_json, Expr};
 use crate::streaming::{Duration, TimeMode};
@@ -95,6 +96,11 @@ fn named_exprs(v: Option<&Value>) -> Result<Vec<NamedExpr>, String> {
         .map(|item| match item {
             Value::String(s) => Ok(NamedExpr::column(s)),
             Value::Object(m) => {
+                if m.contains_key("window") {
+                    return Err(format!(
+                        "a window function is a `dtcs:with_fields` assignment, not a field here: {item}"
+                    ));
+                }
                 let expr = match params_get(m, &["expression", "expr"]) {
                     Some(e) => Expr::decode(e)?,
                     None => Expr::col(
@@ -114,10 +120,130 @@ fn named_exprs(v: Option<&Value>) -> Result<Vec<NamedExpr>, String> {
         .collect()
 }
 
+/// Sort keys: `"col"`, or `{expression | field | column, direction, nulls}`.
+fn sort_keys(items: &[Value]) -> Result<Vec<SortKey>, String> {
+    items
+        .iter()
+        .map(|k| {
+            let m = match k {
+                Value::String(s) => {
+                    return Ok(SortKey {
+                        expr: Expr::col(s),
+                        descending: false,
+                        nulls_first: false,
+                    })
+                }
+                Value::Object(m) => m,
+                other => return Err(format!("bad sort key {other}")),
+            };
+            let expr = match params_get(m, &["expression", "expr"]) {
+                Some(e) => Expr::decode(e)?,
+                None => Expr::col(
+                    params_get(m, &["field", "column"])
+                        .and_then(Value::as_str)
+                        .ok_or("sort key without field")?,
+                ),
+            };
+            let descending = m.get("direction").and_then(Value::as_str) == Some("desc")
+                || m.get("descending").and_then(Value::as_bool) == Some(true);
+            let nulls_first = m.get("nulls").and_then(Value::as_str) == Some("first");
+            Ok(SortKey {
+                expr,
+                descending,
+                nulls_first,
+            })
+        })
+        .collect()
+}
+
+/// The assignments of a `dtcs:with_fields` when they are window functions (each with a
+/// `window`), `None` when none is. Mixing both kinds in one action, a window `frame`, or
+/// a function that is not a window function is an error: nothing is dropped unread.
+fn window_fields(items: Option<&Value>) -> Result<Option<Vec<WindowField>>, String> {
+    let Some(Value::Array(items)) = items else {
+        return Ok(None);
+    };
+    let windowed = items.iter().filter(|i| i.get("window").is_some()).count();
+    if windowed == 0 {
+        return Ok(None);
+    }
+    if windowed != items.len() {
+        return Err(
+            "with_fields mixes window functions and row expressions: split it into two actions"
+                .into(),
+        );
+    }
+    items
+        .iter()
+        .map(|item| {
+            let m = item.as_object().ok_or_else(|| format!("bad assignment {item}"))?;
+            let name = params_get(m, &["name", "as", "alias"])
+                .and_then(Value::as_str)
+                .ok_or_else(|| format!("window assignment without a name: {item}"))?
+                .to_string();
+            let call = Expr::decode(
+                params_get(m, &["expression", "expr"])
+                    .ok_or_else(|| format!("window assignment `{name}` without an expression"))?,
+            )?;
+            match &call {
+                Expr::Call { function, .. } if WINDOW_FUNCTIONS.contains(&function.as_str()) => {}
+                other => {
+                    return Err(format!(
+                        "window assignment `{name}`: `{other}` is not a window function ({})",
+                        WINDOW_FUNCTIONS.join(", ")
+                    ))
+                }
+            }
+            let window = m
+                .get("window")
+                .and_then(Value::as_object)
+                .ok_or_else(|| format!("window assignment `{name}`: `window` must be a mapping"))?;
+            for k in window.keys() {
+                match k.as_str() {
+                    "partitionBy" | "orderBy" => {}
+                    "frame" => {
+                        return Err(format!(
+                            "window assignment `{name}`: window frames (`frame`, window_frame) are not supported; the functions take their partition as DTCS defines"
+                        ))
+                    }
+                    other => {
+                        return Err(format!(
+                            "window assignment `{name}`: unknown window field `{other}` (partitionBy, orderBy)"
+                        ))
+                    }
+                }
+            }
+            let partition_by = match window.get("partitionBy") {
+                None | Some(Value::Null) => vec![],
+                Some(Value::Array(a)) => a
+                    .iter()
+                    .map(|p| match p {
+                        Value::String(c) => Ok(Expr::col(c)),
+                        other => Expr::decode(other),
+                    })
+                    .collect::<Result<_, String>>()?,
+                Some(other) => return Err(format!("`partitionBy` must be a list, got {other}")),
+            };
+            let order_by = match window.get("orderBy") {
+                None | Some(Value::Null) => vec![],
+                Some(Value::Array(a)) => sort_keys(a)?,
+                Some(other) => return Err(format!("`orderBy` must be a list, got {other}")),
+            };
+            Ok(WindowField {
+                name,
+                call,
+                partition_by,
+                order_by,
+            })
+        })
+        .collect::<Result<_, String>>()
+        .map(Some)
+}
+
 fn aggregates(v: Option<&Value>) -> Result<Vec<Aggregate>, String> {
     let items = v
         .and_then(Value::as_array)
-        .ok_or("an aggregation needs `aggregates: [...]`")?;
+        .ok_or("an aggregation needs `aggregates: [...]` (or `aggregations`)")?;
     items
         .iter()
         .map(|item| {
@@ -132,16 +258,7 @@ fn aggregates(v: Option<&Value>) -> Result<Vec<Aggregate>, String> {
             if let Some(e) = params_get(m, &["expression"]) {
                 let expr = Expr::decode(e)?;
                 return match expr {
-                    Expr::Call { function, mut args } => {
-                        let func = AggFunc::parse(&function)
-                            .ok_or_else(|| format!("`{function}` is not an aggregate function"))?;
-                        let arg = if args.is_empty() {
-                            None
-                        } else {
-                            Some(args.remove(0))
-                        };
-                        Ok(Aggregate { name, func, arg })
-                    }
+                    Expr::Call { function, args } => aggregate_call(name, &function, args),
                     other => Err(format!(
                         "aggregate `{name}` must be a function call, got {other}"
                     )),
@@ -164,6 +281,51 @@ fn aggregates(v: Option<&Value>) -> Result<Vec<Aggregate>, String> {
             Ok(Aggregate { name, func, arg })
         })
         .collect()
+}
+
+/// The aggregate `name` computed by the call `function(args)`: `count_all()`, `sum(x)`,
+/// `variance(x, 'population')`. `variance`/`stddev` take a mode after the value; no other
+/// aggregate takes a second argument, and none is dropped unread.
+pub(crate) fn aggregate_call(
+    name: String,
+    function: &str,
+    mut args: Vec<Expr>,
+) -> Result<Aggregate, String> {
+    let mut func = AggFunc::parse(function)
+        .ok_or_else(|| format!("`{function}` is not an aggregate function"))?;
+    if args.len() == 2 {
+        func = with_mode(func, &args[1])
+            .ok_or_else(|| format!("aggregate `{name}`: `{function}` takes one argument"))?;
+        args.truncate(1);
+    }
+    if args.len() > 2 {
+        return Err(format!(
+            "aggregate `{name}`: `{function}` takes one argument, got {}",
+            args.len()
+        ));
+    }
+    let arg = if args.is_empty() {
+        None
+    } else {
+        Some(args.remove(0))
+    };
+    Ok(Aggregate { name, func, arg })
+}
+
+/// `variance`/`stddev` with the DTCS mode argument `'sample'` or `'population'`.
+fn with_mode(func: AggFunc, mode: &Expr) -> Option<AggFunc> {
+    let Expr::Literal(crate::ir::expr::Literal::String(mode)) = mode else {
+        return None;
+    };
+    Some(match (func, mode.as_str()) {
+        (AggFunc::Variance | AggFunc::VariancePopulation, "sample") => AggFunc::Variance,
+        (AggFunc::Variance | AggFunc::VariancePopulation, "population") => {
+            AggFunc::VariancePopulation
+        }
+        (AggFunc::Stddev | AggFunc::StddevPopulation, "sample") => AggFunc::Stddev,
+        (AggFunc::Stddev | AggFunc::StddevPopulation, "population") => AggFunc::StddevPopulation,
+        _ => return None,
+    })
 }
 
 fn duration(v: Option<&Value>, what: &str) -> Result<Duration, String> {
@@ -270,9 +432,15 @@ pub fn decode_action(action: &str, params: &Map<String, Value>) -> Result<Action
         "dtcs:project" => Action::Project {
             fields: named_exprs(params.get("fields"))?,
         },
-        "dtcs:with_fields" => Action::WithFields {
-            assignments: named_exprs(params_get(params, &["assignments", "fields"]))?,
-        },
+        "dtcs:with_fields" => {
+            let items = params_get(params, &["assignments", "fields"]);
+            match window_fields(items)? {
+                Some(assignments) => Action::WindowFields { assignments },
+                None => Action::WithFields {
+                    assignments: named_exprs(items)?,
+                },
+            }
+        }
         "dtcs:drop_fields" => Action::DropFields {
             fields: string_list(params.get("fields"))?,
             ignore_missing: params.get("missingPolicy").and_then(Value::as_str) == Some("ignore"),
@@ -371,42 +539,11 @@ pub fn decode_action(action: &str, params: &Map<String, Value>) -> Result<Action
         }
         "dtcs:aggregate" | "dtcs:group" => Action::Aggregate {
             group_by: named_exprs(params.get("groupBy"))?,
-            aggregates: aggregates(params.get("aggregates"))?,
+            aggregates: aggregates(params_get(params, &["aggregates", "aggregations"]))?,
         },
         "dtcs:sort" => {
             let keys = match params.get("keys") {
-                Some(Value::Array(a)) => a
-                    .iter()
-                    .map(|k| {
-                        let m = match k {
-                            Value::String(s) => {
-                                return Ok(SortKey {
-                                    expr: Expr::col(s),
-                                    descending: false,
-                                    nulls_first: false,
-                                })
-                            }
-                            Value::Object(m) => m,
-                            other => return Err(format!("bad sort key {other}")),
-                        };
-                        let expr = match params_get(m, &["expression", "expr"]) {
-                            Some(e) => Expr::decode(e)?,
-                            None => Expr::col(
-                                m.get("field")
-                                    .and_then(Value::as_str)
-                                    .ok_or("sort key without field")?,
-                            ),
-                        };
-                        let descending = m.get("direction").and_then(Value::as_str) == Some("desc")
-                            || m.get("descending").and_then(Value::as_bool) == Some(true);
-                        let nulls_first = m.get("nulls").and_then(Value::as_str) == Some("first");
-                        Ok(SortKey {
-                            expr,
-                            descending,
-                            nulls_first,
-                        })
-                    })
-                    .collect::<Result<_, String>>()?,
+                Some(Value::Array(a)) => sort_keys(a)?,
                 _ => {
                     let field = params
                         .get("field")
@@ -422,8 +559,8 @@ pub fn decode_action(action: &str, params: &Map<String, Value>) -> Result<Action
             Action::Sort { keys }
         }
         "dtcs:limit" => Action::Limit {
-            count: params
-                .get("count")
+            // ETLantic-py writes `n`.
+            count: params_get(params, &["count", "n"])
                 .and_then(Value::as_u64)
                 .ok_or("limit needs a non-negative integer `count`")?,
             offset: params.get("offset").and_then(Value::as_u64).unwrap_or(0),
@@ -455,19 +592,23 @@ pub fn decode_action(action: &str, params: &Map<String, Value>) -> Result<Action
             {
                 return Err("explode with a position column is not supported".into());
             }
+            // ETLantic-py's form (`field`, exploded in place) keeps a row whose list is
+            // empty or null, with a null element; the `dtcs` crate's form (`expr`, `as`)
+            // drops it unless `outer` is set, as Spark's `explode` does.
+            let etlantic_py_form = params.get("expr").is_none();
             Action::Explode {
                 alias: names.into_iter().next().unwrap_or_else(|| column.clone()),
                 column,
                 outer: params
                     .get("outer")
                     .and_then(Value::as_bool)
-                    .unwrap_or(false),
+                    .unwrap_or(etlantic_py_form),
             }
         }
         WINDOW_AGGREGATE => Action::WindowAggregate {
             window: window_spec(params.get("window"))?,
             group_by: named_exprs(params.get("groupBy"))?,
-            aggregates: aggregates(params.get("aggregates"))?,
+            aggregates: aggregates(params_get(params, &["aggregates", "aggregations"]))?,
         },
         DEDUP_WITHIN_WATERMARK => Action::DeduplicateWithinWatermark {
             keys: string_list(params.get("keys"))?,

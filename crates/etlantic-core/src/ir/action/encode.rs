@@ -1,7 +1,9 @@
 //! Encoding actions back into plan parameters in ETLantic-py's dialect, the inverse of
 //! [`super::decode_action`].
 
-use super::{Action, Aggregate, JoinTimeRange, NamedExpr, WindowKind, WindowSpec, JOIN_TIME_RANGE};
+use super::{
+    Action, Aggregate, JoinTimeRange, NamedExpr, SortKey, WindowKind, WindowSpec, JOIN_TIME_RANGE,
+};
 use crate::ir::expr::Expr;
 use serde_json::{json, Value};
 
@@ -42,10 +44,29 @@ fn encode_aggregates(items: &[Aggregate]) -> Value {
         items
             .iter()
             .map(|a| {
+                let mut args: Vec<Value> = a.arg.iter().map(Expr::encode).collect();
+                if let Some(mode) = a.func.mode() {
+                    args.push(
+                        json!({"kind": "literal", "value": {"type": "string", "value": mode}}),
+                    );
+                }
                 json!({"name": a.name, "expression": {
-                    "kind": "call", "callee": a.func.id(),
-                    "args": a.arg.iter().map(Expr::encode).collect::<Vec<_>>(),
+                    "kind": "call", "callee": a.func.id(), "args": args,
                 }})
+            })
+            .collect(),
+    )
+}
+
+fn encode_sort_keys(keys: &[SortKey]) -> Value {
+    Value::Array(
+        keys.iter()
+            .map(|k| {
+                let mut v = json!({"expression": k.expr.encode(), "direction": if k.descending { "desc" } else { "asc" }});
+                if k.nulls_first {
+                    v["nulls"] = json!("first");
+                }
+                v
             })
             .collect(),
     )
@@ -117,11 +138,16 @@ pub fn encode_action(action: &Action) -> Option<Value> {
         } => {
             json!({"groupBy": encode_named(group_by), "aggregates": encode_aggregates(aggregates)})
         }
-        Action::Sort { keys } => json!({"keys": Value::Array(keys.iter().map(|k| {
-            let mut v = json!({"expression": k.expr.encode(), "direction": if k.descending { "desc" } else { "asc" }});
-            if k.nulls_first { v["nulls"] = json!("first"); }
-            v
-        }).collect())}),
+        Action::Sort { keys } => json!({"keys": encode_sort_keys(keys)}),
+        Action::WindowFields { assignments } => json!({"assignments": Value::Array(
+            assignments.iter().map(|a| json!({
+                "name": a.name,
+                "expression": a.call.encode(),
+                "window": {
+                    "partitionBy": a.partition_by.iter().map(Expr::encode).collect::<Vec<_>>(),
+                    "orderBy": encode_sort_keys(&a.order_by),
+                },
+            })).collect())}),
         Action::Limit { count, offset } => {
             let mut v = json!({"count": count});
             if *offset > 0 {

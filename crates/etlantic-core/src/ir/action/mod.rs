@@ -12,6 +12,7 @@ mod encode;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use decode::aggregate_call;
 pub use decode::{decode_action, decode_time_range, parse_duration_any};
 pub use encode::{encode_action, encode_time_range};
 
@@ -119,6 +120,15 @@ pub enum AggFunc {
     First,
     /// Last value in input order.
     Last,
+    /// Sample variance of non-null numbers (`n - 1` in the denominator); null for fewer
+    /// than two values.
+    Variance,
+    /// Population variance (`dtcs:variance(x, 'population')`); null for no values.
+    VariancePopulation,
+    /// Sample standard deviation; null for fewer than two values.
+    Stddev,
+    /// Population standard deviation (`dtcs:stddev(x, 'population')`).
+    StddevPopulation,
 }
 
 impl AggFunc {
@@ -134,7 +144,18 @@ impl AggFunc {
             AggFunc::Max => "dtcs:max",
             AggFunc::First => "dtcs:first",
             AggFunc::Last => "dtcs:last",
+            AggFunc::Variance | AggFunc::VariancePopulation => "dtcs:variance",
+            AggFunc::Stddev | AggFunc::StddevPopulation => "dtcs:stddev",
         }
+    }
+
+    /// The mode argument DTCS writes after the value (`'population'`), if any.
+    pub fn mode(self) -> Option<&'static str> {
+        matches!(
+            self,
+            AggFunc::VariancePopulation | AggFunc::StddevPopulation
+        )
+        .then_some("population")
     }
 
     /// Parses a function id or short name.
@@ -150,6 +171,10 @@ impl AggFunc {
             "max" => AggFunc::Max,
             "first" => AggFunc::First,
             "last" => AggFunc::Last,
+            "variance" | "var_samp" => AggFunc::Variance,
+            "var_pop" => AggFunc::VariancePopulation,
+            "stddev" | "stddev_samp" => AggFunc::Stddev,
+            "stddev_pop" => AggFunc::StddevPopulation,
             _ => return None,
         })
     }
@@ -225,6 +250,13 @@ pub enum Action {
     WithFields {
         /// Assignments.
         assignments: Vec<NamedExpr>,
+    },
+    /// `dtcs:with_fields` whose assignments are window functions (`window:
+    /// {partitionBy, orderBy}` on each): every row gets the function's value over the
+    /// rows of its partition in the window's order. Bounded inputs only.
+    WindowFields {
+        /// Assignments, evaluated over the same input rows.
+        assignments: Vec<WindowField>,
     },
     /// `dtcs:drop_fields`.
     DropFields {
@@ -337,6 +369,29 @@ pub enum Action {
     },
 }
 
+/// The window functions of [`Action::WindowFields`].
+pub const WINDOW_FUNCTIONS: &[&str] = &[
+    "dtcs:row_number",
+    "dtcs:rank",
+    "dtcs:dense_rank",
+    "dtcs:lag",
+    "dtcs:lead",
+];
+
+/// One window-function assignment of [`Action::WindowFields`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct WindowField {
+    /// Output column.
+    pub name: String,
+    /// The call of one of [`WINDOW_FUNCTIONS`]: `row_number()`, `rank()`,
+    /// `dense_rank()`, `lag(x[, offset[, default]])`, `lead(x[, offset[, default]])`.
+    pub call: Expr,
+    /// Partition columns (one partition when empty).
+    pub partition_by: Vec<Expr>,
+    /// The order within a partition; rows equal in it keep their input order.
+    pub order_by: Vec<SortKey>,
+}
+
 /// An action of a plan with its identity and the relation it applies to.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ActionNode {
@@ -387,6 +442,17 @@ impl Action {
                     bind(&mut f.expr)?;
                 }
             }
+            Action::WindowFields { assignments } => {
+                for a in assignments {
+                    bind(&mut a.call)?;
+                    for p in &mut a.partition_by {
+                        bind(p)?;
+                    }
+                    for k in &mut a.order_by {
+                        bind(&mut k.expr)?;
+                    }
+                }
+            }
             Action::Join {
                 predicate: Some(p), ..
             } => bind(p)?,
@@ -423,7 +489,7 @@ impl Action {
         match self {
             Action::Filter { .. } => "dtcs:filter",
             Action::Project { .. } => "dtcs:project",
-            Action::WithFields { .. } => "dtcs:with_fields",
+            Action::WithFields { .. } | Action::WindowFields { .. } => "dtcs:with_fields",
             Action::DropFields { .. } => "dtcs:drop_fields",
             Action::RenameFields { .. } => "dtcs:rename_fields",
             Action::Join { .. } => "dtcs:join",
@@ -485,6 +551,14 @@ impl Action {
             Action::Filter { predicate } => vec![predicate],
             Action::Project { fields } => fields.iter().map(|f| &f.expr).collect(),
             Action::WithFields { assignments } => assignments.iter().map(|f| &f.expr).collect(),
+            Action::WindowFields { assignments } => assignments
+                .iter()
+                .flat_map(|a| {
+                    std::iter::once(&a.call)
+                        .chain(&a.partition_by)
+                        .chain(a.order_by.iter().map(|k| &k.expr))
+                })
+                .collect(),
             Action::Join { predicate, .. } => predicate.iter().collect(),
             Action::Aggregate {
                 group_by,

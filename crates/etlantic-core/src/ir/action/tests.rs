@@ -187,3 +187,118 @@ fn every_action_round_trips() {
     assert!(decode_action("dtcs:pivot", &Map::new()).is_err());
     assert!(decode_action("dtcs:limit", &obj(json!({"count": -1}))).is_err());
 }
+
+/// The parameter shapes ETLantic-py writes decode as their `dtcs` crate equivalents.
+#[test]
+fn etlantic_py_parameter_shapes() {
+    use crate::ir::expr::{Expr, Literal};
+    let agg = |key: &str| {
+        decode_action(
+            "dtcs:aggregate",
+            &obj(json!({"groupBy": [], key: [{"name": "n", "expression":
+                {"kind": "call", "callee": "dtcs:count_all", "args": []}}]})),
+        )
+        .unwrap()
+    };
+    assert_eq!(agg("aggregations"), agg("aggregates"));
+    assert_eq!(
+        decode_action("dtcs:sort", &obj(json!({"keys": [{"column": "k"}]}))).unwrap(),
+        decode_action("dtcs:sort", &obj(json!({"keys": [{"field": "k"}]}))).unwrap()
+    );
+    assert_eq!(
+        decode_action("dtcs:limit", &obj(json!({"n": 2}))).unwrap(),
+        Action::Limit {
+            count: 2,
+            offset: 0
+        }
+    );
+    // ETLantic-py explodes in place and keeps empty lists; the dtcs form drops them.
+    let Action::Explode { outer, alias, .. } =
+        decode_action("dtcs:explode", &obj(json!({"field": "tags"}))).unwrap()
+    else {
+        panic!("an explode")
+    };
+    assert!(outer);
+    assert_eq!(alias, "tags");
+    let Action::Explode { outer, .. } =
+        decode_action("dtcs:explode", &obj(json!({"expr": "tags", "as": ["tag"]}))).unwrap()
+    else {
+        panic!("an explode")
+    };
+    assert!(!outer);
+    // `in(x, 3, 4)` is `in(x, list(3, 4))`; `in(x, v)` keeps its meaning.
+    let call = |args: Value| {
+        Expr::decode(&json!({"kind": "call", "callee": "dtcs:in", "args": args})).unwrap()
+    };
+    let x = json!({"kind": "fieldRef", "scope": "field", "target": "x"});
+    let int = |i: i64| json!({"kind": "literal", "value": {"type": "integer", "value": i}});
+    assert_eq!(
+        call(json!([x, int(3), int(4)])),
+        Expr::Call {
+            function: "dtcs:in".into(),
+            args: vec![
+                Expr::col("x"),
+                Expr::Call {
+                    function: "dtcs:list".into(),
+                    args: vec![
+                        Expr::Literal(Literal::Integer(3)),
+                        Expr::Literal(Literal::Integer(4))
+                    ]
+                }
+            ]
+        }
+    );
+    assert_eq!(
+        call(json!([x, int(3)])),
+        Expr::Call {
+            function: "dtcs:in".into(),
+            args: vec![Expr::col("x"), Expr::Literal(Literal::Integer(3))]
+        }
+    );
+}
+
+/// Window functions are `with_fields` assignments with a `window`; a frame, a mix with
+/// row assignments or a function that is not a window function is refused.
+#[test]
+fn window_function_assignments() {
+    use crate::ir::expr::Expr;
+    let assignment = |window: Value| {
+        json!({"name": "rn", "expression": {"kind": "call", "callee": "dtcs:row_number", "args": []},
+               "window": window})
+    };
+    let w = json!({"partitionBy": ["g"], "orderBy": [{"expression":
+        {"kind": "fieldRef", "scope": "field", "target": "v"}, "direction": "desc", "nulls": "first"}]});
+    let a = decode_action(
+        "dtcs:with_fields",
+        &obj(json!({"assignments": [assignment(w.clone())]})),
+    )
+    .unwrap();
+    let Action::WindowFields { assignments } = &a else {
+        panic!("window fields: {a:?}")
+    };
+    assert_eq!(assignments[0].partition_by, vec![Expr::col("g")]);
+    assert!(assignments[0].order_by[0].descending && assignments[0].order_by[0].nulls_first);
+    assert_eq!(a.id(), "dtcs:with_fields");
+    let functions: Vec<String> = a.expressions().iter().flat_map(|e| e.functions()).collect();
+    assert!(functions.contains(&"dtcs:row_number".to_string()));
+    // It encodes back to the same action.
+    let enc = encode_action(&a).unwrap();
+    assert_eq!(decode_action("dtcs:with_fields", &obj(enc)).unwrap(), a);
+    let refused = |assignments: Value| {
+        decode_action(
+            "dtcs:with_fields",
+            &obj(json!({"assignments": assignments})),
+        )
+        .unwrap_err()
+    };
+    let mut framed = w.clone();
+    framed["frame"] = json!({"type": "rows", "start": "unboundedPreceding", "end": "currentRow"});
+    assert!(refused(json!([assignment(framed)])).contains("window frame"));
+    let row = json!({"name": "x", "expression": "1"});
+    assert!(refused(json!([assignment(w.clone()), row])).contains("mixes"));
+    let not_window = json!({"name": "u", "expression": "upper(s)", "window": w});
+    assert!(refused(json!([not_window])).contains("not a window function"));
+    // In a projection, a window is refused rather than dropped.
+    let projected = json!({"fields": [assignment(json!({"partitionBy": ["g"]}))]});
+    assert!(decode_action("dtcs:project", &obj(projected)).is_err());
+}
