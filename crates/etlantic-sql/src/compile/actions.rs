@@ -199,17 +199,7 @@ impl QueryBuilder {
             for p in &a.partition_by {
                 partition.push(ExprCompiler::over(d, r).compile(p)?.sql);
             }
-            let mut terms = Vec::new();
-            for k in &a.order_by {
-                let e = ExprCompiler::over(d, r).compile(&k.expr)?;
-                terms.push(format!(
-                    "{} {} NULLS {}",
-                    e.sql,
-                    if k.descending { "DESC" } else { "ASC" },
-                    if k.nulls_first { "FIRST" } else { "LAST" }
-                ));
-            }
-            terms.push(format!("{ord} ASC"));
+            let terms = order_terms(d, r, &a.order_by)?;
             let partition = if partition.is_empty() {
                 String::new()
             } else {
@@ -291,17 +281,7 @@ impl QueryBuilder {
 
     fn sort(&mut self, r: &Rel, keys: &[SortKey]) -> Result<Rel> {
         let ord = quote(ORD);
-        let mut terms = Vec::new();
-        for k in keys {
-            let e = ExprCompiler::over(self.dialect, r).compile(&k.expr)?;
-            terms.push(format!(
-                "{} {} NULLS {}",
-                e.sql,
-                if k.descending { "DESC" } else { "ASC" },
-                if k.nulls_first { "FIRST" } else { "LAST" }
-            ));
-        }
-        terms.push(format!("{ord} ASC"));
+        let terms = order_terms(self.dialect, r, keys)?;
         let sql = format!(
             "SELECT {}, row_number() OVER (ORDER BY {}) AS {ord} FROM {}",
             r.column_list(None),
@@ -661,4 +641,21 @@ struct JoinSpec<'a> {
     predicate: Option<&'a Expr>,
     null_safe: bool,
     time_range: Option<&'a etlantic_core::ir::JoinTimeRange>,
+}
+
+/// The `ORDER BY` terms of `keys` over `r`, then the ordinal, so that rows equal in the
+/// keys keep their row order (a stable sort; deterministic window functions).
+fn order_terms(d: Dialect, r: &Rel, keys: &[SortKey]) -> Result<Vec<String>> {
+    let mut terms = Vec::new();
+    for k in keys {
+        let e = ExprCompiler::over(d, r).compile(&k.expr)?;
+        terms.push(format!(
+            "{} {} NULLS {}",
+            e.sql,
+            if k.descending { "DESC" } else { "ASC" },
+            if k.nulls_first { "FIRST" } else { "LAST" }
+        ));
+    }
+    terms.push(format!("{} ASC", quote(ORD)));
+    Ok(terms)
 }
