@@ -77,6 +77,7 @@ pub fn capabilities() -> BackendCapabilities {
         continuous: false,
         location_schemes: vec![],
         streaming: StreamingSupport {
+            allowed_lateness: true,
             late_policies: ["drop", "accept", "quarantine", "side_output"]
                 .map(String::from)
                 .to_vec(),

@@ -19,15 +19,6 @@ const TUMBLING: &str = "window_aggregate: {window: {type: tumbling, column: ts, 
 const SLIDING: &str = "window_aggregate: {window: {type: sliding, column: ts, size: 10 seconds, slide: 5 seconds}, group_by: [user], aggregates: {cnt: \"count_all()\", total: \"sum(amount)\"}}";
 const SESSION: &str = "window_aggregate: {window: {type: session, column: ts, gap: 5 seconds}, group_by: [user], aggregates: {cnt: \"count_all()\", total: \"sum(amount)\"}}";
 
-/// A one-source windowed pipeline: `events` (watermark 5 s, `late` policy) → `agg`
-/// (`step`) → `out` in `mode`.
-fn windowed(name: &str, step: &str, mode: OutputMode, late: LatePolicy) -> Fixture {
-    Fixture::new(name)
-        .source(Src::new("events").watermark("ts", "5 seconds").late(late))
-        .transform_yaml("agg", &["events"], &[step])
-        .sink("out", "agg", WIN_COLS, mode)
-}
-
 /// The shared data set of the window tests (users a and b; watermark delay 5 s):
 /// b0 max 12 → watermark 7; b1 max 25 → 20; b2 holds a row at 4 s that is late for
 /// tumbling/sliding/session windows and one at 21 s; b3 max 40 → 35; b4 is empty.

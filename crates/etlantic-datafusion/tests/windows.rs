@@ -37,6 +37,7 @@ fn window(kind: WindowKind, group: bool) -> Action {
         window: WindowSpec {
             time_column: "ts".into(),
             kind,
+            allowed_lateness: etlantic_core::streaming::Duration::ZERO,
         },
         group_by: if group {
             vec![NamedExpr::column("user")]
@@ -160,6 +161,7 @@ async fn sliding_windows_with_a_slide_that_does_not_divide_the_size() {
                         size: Duration::from_secs(10),
                         slide: Duration::from_secs(4),
                     },
+                    allowed_lateness: etlantic_core::streaming::Duration::ZERO,
                 },
                 group_by: vec![],
                 aggregates: vec![Aggregate {
@@ -235,6 +237,7 @@ async fn window_bounds_keep_the_time_columns_unit_and_zone() {
                 kind: WindowKind::Tumbling {
                     size: Duration::from_millis(500),
                 },
+                allowed_lateness: etlantic_core::streaming::Duration::ZERO,
             },
             group_by: vec![],
             aggregates: vec![Aggregate {
@@ -268,6 +271,7 @@ async fn windows_need_a_timestamp_column() {
                 kind: WindowKind::Tumbling {
                     size: Duration::from_secs(1),
                 },
+                allowed_lateness: etlantic_core::streaming::Duration::ZERO,
             },
             group_by: vec![],
             aggregates: vec![],

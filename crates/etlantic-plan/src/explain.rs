@@ -136,9 +136,8 @@ fn describe(a: &Action) -> String {
             group_by,
             aggregates,
         } => format!(
-            "{:?} window on {} by [{}]: [{}]",
-            window.kind,
-            window.time_column,
+            "{} by [{}]: [{}]",
+            window_text(window),
             group_by
                 .iter()
                 .map(|g| g.name.as_str())
@@ -462,4 +461,20 @@ pub fn explain_mermaid(plan: &PipelinePlan) -> String {
         );
     }
     o
+}
+
+/// A window as `explain` shows it: `tumbling 10 seconds window on ts`, with its allowed
+/// lateness when it has one.
+fn window_text(window: &etlantic_core::ir::WindowSpec) -> String {
+    use etlantic_core::ir::WindowKind;
+    let geometry = match &window.kind {
+        WindowKind::Tumbling { size } => format!("tumbling {size}"),
+        WindowKind::Sliding { size, slide } => format!("sliding {size} every {slide}"),
+        WindowKind::Session { gap } => format!("session (gap {gap})"),
+    };
+    let mut text = format!("{geometry} window on {}", window.time_column);
+    if window.allowed_lateness > etlantic_core::streaming::Duration::ZERO {
+        text.push_str(&format!(", allowed lateness {}", window.allowed_lateness));
+    }
+    text
 }

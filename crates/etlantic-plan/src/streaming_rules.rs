@@ -5,6 +5,7 @@
 //!   groups or windows by (after a stream-stream join, a column the join's time range
 //!   bounds);
 //! - `ETL402` session windows do not support update mode;
+//! - `ETL436` a window with allowed lateness over a column without a watermark;
 //! - `ETL403` complete mode needs an aggregation;
 //! - `ETL404` sort without complete-mode aggregation, limit outside complete mode,
 //!   dedup within the watermark without a watermark, window functions (`row_number`,
@@ -22,7 +23,7 @@ use crate::project::Project;
 use etlantic_core::diagnostics::{codes, Diagnostic, Diagnostics};
 use etlantic_core::ir::lineage::WINDOW_BOUNDS;
 use etlantic_core::ir::{Action, AggFunc, Expr, TransformPlan, WindowKind};
-use etlantic_core::streaming::OutputMode;
+use etlantic_core::streaming::{Duration, OutputMode};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -129,6 +130,19 @@ pub fn check(project: &Project, plans: &HashMap<String, Arc<TransformPlan>>) -> 
                                 Diagnostic::new(
                                     &codes::SESSION_WINDOW_UPDATE,
                                     format!("session window aggregation in `{t}` cannot feed `{}` in update mode", sink.id),
+                                )
+                                .at(path.clone())
+                                .in_file(file.clone()),
+                            );
+                        }
+                        if window.allowed_lateness > Duration::ZERO && !watermarked.contains(&window.time_column) {
+                            d.push(
+                                Diagnostic::new(
+                                    &codes::LATENESS_WITHOUT_WATERMARK,
+                                    format!(
+                                        "the window over `{}` in `{t}` allows {} of lateness, but `{}` has no watermark",
+                                        window.time_column, window.allowed_lateness, window.time_column
+                                    ),
                                 )
                                 .at(path.clone())
                                 .in_file(file.clone()),

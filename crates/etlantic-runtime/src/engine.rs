@@ -18,7 +18,7 @@ use async_trait::async_trait;
 use etlantic_core::data::Table;
 use etlantic_core::diagnostics::{codes, Error, Result};
 use etlantic_core::ir::Expr;
-use etlantic_core::streaming::LatePolicy;
+use etlantic_core::streaming::{Duration, LatePolicy};
 use etlantic_core::uri::BindingUri;
 use etlantic_plan::plan::PipelinePlan;
 use std::collections::HashMap;
@@ -74,6 +74,9 @@ pub struct LateRows {
     pub rows: RecordBatch,
     /// The sources feeding the step, comma-separated (their quarantine position).
     pub sources: String,
+    /// The step's allowed lateness (a window's; zero elsewhere): the rows were later
+    /// than the watermark minus it.
+    pub allowed_lateness: Duration,
 }
 
 /// Rows a stateful step rejected for repeating a key their contract declares unique

@@ -114,6 +114,8 @@ pub fn capabilities() -> BackendCapabilities {
             whole_query: true,
             io_schemes: vec!["file".into()],
             actions: STREAMING_ACTIONS.iter().map(|s| s.to_string()).collect(),
+            // Spark closes a window when the watermark passes its end.
+            allowed_lateness: false,
         },
     }
 }

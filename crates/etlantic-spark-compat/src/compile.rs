@@ -20,6 +20,7 @@ use etlantic_core::diagnostics::{codes, Error, Result};
 use etlantic_core::ir::{
     Action, AggFunc, Aggregate, DecodedPlan, Expr, JoinType, NamedExpr, SortKey,
 };
+use etlantic_core::streaming::Duration;
 use indexmap::IndexMap;
 use serde_json::Value;
 use spark_connect::functions::expr as sql;
@@ -204,6 +205,14 @@ fn streaming_action(op: &Action, r: Rel, secondary: Option<Rel>) -> Result<Rel> 
                 df: r.df.drop_duplicates_within_watermark(Some(keys)),
                 columns: r.columns.clone(),
             })
+        }
+        // Spark closes a window when the watermark passes its end; it has no allowed
+        // lateness to keep it open longer, so such a window is not Spark's to run.
+        Action::WindowAggregate { window, .. } if window.allowed_lateness > Duration::ZERO => {
+            Err(unsupported(format!(
+                "a window with allowed lateness ({}) on a stream: Spark Structured Streaming closes a window when the watermark passes its end",
+                window.allowed_lateness
+            )))
         }
         Action::WindowAggregate {
             window,

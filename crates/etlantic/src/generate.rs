@@ -32,14 +32,20 @@
 //!   carry `etlantic:streaming: {mode}`, the source keys above, `etlantic:sourceGuarantee`
 //!   and `etlantic:staticRefresh`; interface outputs carry `etlantic:streaming`,
 //!   `etlantic:outputMode` (streaming) or `etlantic:writeMode` (batch),
-//!   `etlantic:commitProtocol`, and the end-to-end `etlantic:deliveryGuarantee` (the
+//!   `etlantic:commitProtocol`, `etlantic:allowedLateness` (see below), and the end-to-end `etlantic:deliveryGuarantee` (the
 //!   weakest of its source/sink pairs, `exactly_once`, `at_least_once` or
 //!   `at_most_once`) with `etlantic:deliveryGuarantees` per source.
+//! - Allowed lateness: a window step's own `allowedLateness` is in the transform plan; the
+//!   DTCS output of a transformation whose windows allow lateness on a stream, the DPCS
+//!   output of a sink reading it, and the ODCS contract of that output (a root
+//!   `customProperties` entry) carry `etlantic:allowedLateness`, the largest of them: how
+//!   long after the watermark passes a window's end its row may still change.
 
 use etlantic_core::contract::{contract_from_schema, sanitize_id};
 use etlantic_core::diagnostics::{codes, Diagnostic, Error, Result};
 use etlantic_core::ir::types::dtcs_type;
-use etlantic_core::streaming::ExecutionMode;
+use etlantic_core::ir::Action;
+use etlantic_core::streaming::{Duration, ExecutionMode};
 use etlantic_plan::plan::{PipelinePlan, PlanLogic, PlanSource};
 use serde_json::{json, Map, Value};
 use std::path::{Path, PathBuf};
@@ -105,6 +111,55 @@ fn unbounded(plan: &PipelinePlan, node: &str) -> bool {
 /// A source is unbounded in a streaming plan unless it is static (`static_refresh`).
 fn unbounded_source(plan: &PipelinePlan, s: &PlanSource) -> bool {
     streaming(plan) && s.static_refresh.is_none()
+}
+
+/// The largest allowed lateness of the windows of transformation `node` on a stream: how
+/// long after the watermark passes a window's end its output row may still change
+/// (`None` when none of its windows allows lateness, or it reads no stream).
+fn allowed_lateness(plan: &PipelinePlan, node: &str) -> Option<Duration> {
+    let t = plan.transform(node)?;
+    let PlanLogic::Portable { plan: doc, .. } = &t.logic else {
+        return None;
+    };
+    if !unbounded(plan, node) {
+        return None;
+    }
+    let decoded = etlantic_core::ir::TransformPlan::from_value(doc, &t.id).ok()?;
+    decoded
+        .decoded()
+        .steps
+        .iter()
+        .filter_map(|s| match &s.op {
+            Action::WindowAggregate { window, .. } => Some(window.allowed_lateness),
+            _ => None,
+        })
+        .filter(|d| *d > Duration::ZERO)
+        .max()
+}
+
+/// An ODCS contract with the custom property that carries a transformation output's
+/// allowed lateness, checked with `odcs` again.
+fn with_lateness_property(doc: odcs::DataContract, d: Duration) -> Result<odcs::DataContract> {
+    let mut v = serde_json::to_value(&doc).expect("contracts serialise");
+    let property = json!({
+        "property": "etlantic:allowedLateness",
+        "value": d.to_string(),
+        "description": "Rows of this output may still change until the watermark passes their window's end plus this.",
+    });
+    match v.get_mut("customProperties").and_then(Value::as_array_mut) {
+        Some(list) => list.push(property),
+        None => v["customProperties"] = json!([property]),
+    }
+    let doc: odcs::DataContract =
+        serde_json::from_value(v).map_err(|e| invalid("ODCS contract", vec![e.to_string()]))?;
+    let report = odcs::validate(&doc);
+    if !report.is_valid() {
+        return Err(invalid(
+            "ODCS contract",
+            report.errors().iter().map(|d| d.message.clone()).collect(),
+        ));
+    }
+    Ok(doc)
 }
 
 /// DTCS's `streaming` declaration (also used as the `etlantic:streaming` DPCS key).
@@ -218,6 +273,9 @@ fn dpcs_output(plan: &PipelinePlan, s: &etlantic_plan::plan::PlanSink) -> Value 
     let m = port.as_object_mut().expect("an object");
     if streaming(plan) {
         m.insert("etlantic:outputMode".into(), json!(s.output_mode.as_str()));
+        if let Some(d) = allowed_lateness(plan, &s.input) {
+            m.insert("etlantic:allowedLateness".into(), json!(d.to_string()));
+        }
     } else {
         m.insert("etlantic:writeMode".into(), json!(s.write_mode));
     }
@@ -282,7 +340,10 @@ pub fn generate(plan: &PipelinePlan, standard: Standard, out: &Path) -> Result<V
             }
             for t in &plan.transforms {
                 let schema = etlantic_plan::plan::arrow_schema(&t.schema);
-                let doc = contract_from_schema(&format!("{}_output", t.id), &t.id, &schema)?;
+                let mut doc = contract_from_schema(&format!("{}_output", t.id), &t.id, &schema)?;
+                if let Some(d) = allowed_lateness(plan, &t.id) {
+                    doc = with_lateness_property(doc, d)?;
+                }
                 let path = out.join("data").join(format!("{}_output.odcs.yaml", t.id));
                 write(
                     &path,
@@ -305,17 +366,21 @@ pub fn generate(plan: &PipelinePlan, standard: Standard, out: &Path) -> Result<V
                     .iter()
                     .map(|(port, from)| dtcs_input(plan, port, from))
                     .collect();
+                let mut out_port = json!({
+                    "id": output,
+                    "schema": {"fields": schema_fields(plan, &t.id)},
+                    "streaming": streaming_mode(unbounded(plan, &t.id)),
+                });
+                if let Some(d) = allowed_lateness(plan, &t.id) {
+                    out_port["etlantic:allowedLateness"] = json!(d.to_string());
+                }
                 let doc = json!({
                     "dtcsVersion": "1.0.0",
                     "id": id,
                     "name": t.id,
                     "version": "0.1.0",
                     "inputs": inputs,
-                    "outputs": [{
-                        "id": output,
-                        "schema": {"fields": schema_fields(plan, &t.id)},
-                        "streaming": streaming_mode(unbounded(plan, &t.id)),
-                    }],
+                    "outputs": [out_port],
                     "lineage": {"mappings": [{"output": output, "inputs": t.inputs.keys().collect::<Vec<_>>()}]},
                 });
                 let yaml = serde_yaml::to_string(&doc).expect("JSON values serialise");

@@ -748,7 +748,7 @@ fn main() {
                 {
                     let s = &c.streaming;
                     println!(
-                        "  {:<12} streaming: late policies [{}]; quarantine {}{}",
+                        "  {:<12} streaming: late policies [{}]; quarantine {}; allowed lateness {}{}",
                         "",
                         s.late_policies.join(", "),
                         if s.quarantine {
@@ -756,6 +756,7 @@ fn main() {
                         } else {
                             "no (on_error: fail)"
                         },
+                        if s.allowed_lateness { "yes" } else { "no" },
                         if s.whole_query {
                             format!(
                                 "; the whole query, reading and writing {} itself",

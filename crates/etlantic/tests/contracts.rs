@@ -545,3 +545,75 @@ fn diff_refuses_documents_of_different_kinds_and_invalid_contracts() {
     r.ok();
     assert!(Path::new(&p.join("pipeline.yaml")).exists());
 }
+
+/// A window's allowed lateness travels with the pipeline: in the transform plan's window,
+/// as `etlantic:allowedLateness` on the DTCS output of its transformation, the DPCS
+/// output of the sink reading it and the ODCS contract of that output, and in `explain`.
+/// A batch run has no lateness to declare.
+#[test]
+fn allowed_lateness_is_carried_in_every_standard_and_shown_by_explain() {
+    let p = click_project();
+    p.write(
+        "pipeline.yaml",
+        &PIPELINE.replace(
+            "size: 1 minute}",
+            "size: 1 minute, allowed_lateness: 30 seconds}",
+        ),
+    );
+    for standard in [Standard::Dtcs, Standard::Dpcs, Standard::Odcs] {
+        generated(&p, "streaming", standard, "s");
+        generated(&p, "batch", standard, "b");
+    }
+    let (_, v) = dtcs_doc(&p, "s/transformations/click_counts.per_minute.dtcs.yaml");
+    assert_eq!(v["outputs"][0]["etlantic:allowedLateness"], "30 seconds");
+    // The transformation before the window has none.
+    let (_, v) = dtcs_doc(&p, "s/transformations/click_counts.valid.dtcs.yaml");
+    assert!(v["outputs"][0].get("etlantic:allowedLateness").is_none());
+    // The plan itself: the window's parameter, read back unchanged.
+    let text = p.read("s/transformations/click_counts.per_minute.transform-plan.json");
+    let plan = etlantic_core::ir::TransformPlan::from_json(text.as_bytes(), "plan").unwrap();
+    let lateness: Vec<String> = plan
+        .decoded()
+        .steps
+        .iter()
+        .filter_map(|s| match &s.op {
+            etlantic_core::ir::Action::WindowAggregate { window, .. } => {
+                Some(window.allowed_lateness.to_string())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(lateness, ["30 seconds"]);
+
+    let (_, v) = dpcs_doc(&p, "s/pipelines/click_counts.dpcs.yaml");
+    assert_eq!(
+        v["interface"]["outputs"][0]["etlantic:allowedLateness"],
+        "30 seconds"
+    );
+    let odcs: Value = serde_yaml::from_str(&p.read("s/data/per_minute_output.odcs.yaml")).unwrap();
+    assert_eq!(
+        odcs["customProperties"][0]["property"],
+        "etlantic:allowedLateness"
+    );
+    assert_eq!(odcs["customProperties"][0]["value"], "30 seconds");
+
+    // Batch: the documents declare no lateness.
+    let (_, v) = dtcs_doc(&p, "b/transformations/click_counts.per_minute.dtcs.yaml");
+    assert!(v["outputs"][0].get("etlantic:allowedLateness").is_none());
+    let (_, v) = dpcs_doc(&p, "b/pipelines/click_counts.dpcs.yaml");
+    assert!(v["interface"]["outputs"][0]
+        .get("etlantic:allowedLateness")
+        .is_none());
+    let odcs: Value = serde_yaml::from_str(&p.read("b/data/per_minute_output.odcs.yaml")).unwrap();
+    assert!(odcs.get("customProperties").is_none(), "{odcs:#}");
+
+    // `explain` names it with the window.
+    let r = p.run(&["explain", "--profile", "profiles/streaming.yaml"]);
+    r.ok();
+    assert!(
+        r.stdout
+            .contains("tumbling 1 minute window on ts, allowed lateness 30 seconds"),
+        "{}",
+        r.stdout
+    );
+}

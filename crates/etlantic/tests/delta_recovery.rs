@@ -16,7 +16,27 @@ use serde_json::Value;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 
-fn pipeline(output_mode: &str) -> String {
+/// The query a test runs: the sink's output mode and the window's allowed lateness.
+#[derive(Clone, Copy)]
+struct Query {
+    output_mode: &'static str,
+    lateness: Option<&'static str>,
+}
+
+/// A query in `output_mode` whose window allows no lateness.
+fn query(output_mode: &'static str) -> Query {
+    Query {
+        output_mode,
+        lateness: None,
+    }
+}
+
+fn pipeline(q: Query) -> String {
+    let output_mode = q.output_mode;
+    let lateness = q
+        .lateness
+        .map(|d| format!(", allowed_lateness: {d}"))
+        .unwrap_or_default();
     format!(
         r#"apiVersion: etlantic/v1
 kind: Pipeline
@@ -39,7 +59,7 @@ transforms:
       clicks: clicks
     steps:
       - window_aggregate:
-          window: {{type: tumbling, column: ts, size: 1 minute}}
+          window: {{type: tumbling, column: ts, size: 1 minute{lateness}}}
           group_by: [campaign]
           aggregates: {{n: "count_all()"}}
 sinks:
@@ -85,9 +105,9 @@ fn input_files() -> Vec<(String, String)> {
         .collect()
 }
 
-fn project(dir: &Path, output_mode: &str, binding: &str) {
+fn project(dir: &Path, q: Query, binding: &str) {
     for (path, text) in [
-        ("pipeline.yaml", pipeline(output_mode)),
+        ("pipeline.yaml", pipeline(q)),
         ("profiles/local.yaml", profile(binding)),
         ("contracts/clicks.yaml", CLICKS.to_string()),
         ("contracts/counts.yaml", COUNTS.to_string()),
@@ -202,7 +222,7 @@ fn commits(dir: &Path) -> Vec<u64> {
 /// Kills a fresh project at `point:batch`, checks it died where asked, restarts it and
 /// returns the final table rows and Delta version count.
 fn crash_and_recover(
-    output_mode: &str,
+    q: Query,
     binding: &str,
     point: &str,
     batch: u64,
@@ -211,7 +231,7 @@ fn crash_and_recover(
     let label = format!("{point}:{batch}");
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    project(dir, output_mode, binding);
+    project(dir, q, binding);
     let o = run(dir, Some(&label));
     assert_eq!(
         o.status.signal(),
@@ -256,10 +276,10 @@ fn crash_and_recover(
     (table_rows(&dir.join("out/counts")), versions)
 }
 
-fn reference(output_mode: &str, binding: &str) -> (Vec<String>, usize, Vec<u64>) {
+fn reference(q: Query, binding: &str) -> (Vec<String>, usize, Vec<u64>) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    project(dir, output_mode, binding);
+    project(dir, q, binding);
     run_ok(dir);
     let rows = table_rows(&dir.join("out/counts"));
     let batches = commits(dir);
@@ -280,19 +300,13 @@ fn reference(output_mode: &str, binding: &str) -> (Vec<String>, usize, Vec<u64>)
 #[test]
 fn append_into_delta_killed_at_every_step_loses_and_duplicates_nothing() {
     let binding = "delta://out/counts";
-    let (rows, versions, batches) = reference("append", binding);
+    let (rows, versions, batches) = reference(query("append"), binding);
     let mut expected = closed_windows();
     expected.sort();
     assert_eq!(rows, expected, "the uninterrupted run is right");
     // The backlog's data batches run back to back (0–5), then one no-data batch (6).
     assert_eq!(batches, (0..7).collect::<Vec<_>>());
-    for point in [
-        "after_offsets",
-        "in_sink",
-        "after_sink",
-        "after_state",
-        "after_commit",
-    ] {
+    for point in FAIL_POINTS {
         // 0: the first batch, creating the table with no rows; 1: a batch with nothing
         // to emit; 2: the batch that closes the first windows; 3: a batch with a late row
         // and nothing to emit; 5: the last data batch; 6: the last (no-data) batch,
@@ -300,7 +314,7 @@ fn append_into_delta_killed_at_every_step_loses_and_duplicates_nothing() {
         for batch in [0u64, 1, 2, 3, 5, 6] {
             let writes_rows = matches!(batch, 2 | 5 | 6);
             let (got, got_versions) =
-                crash_and_recover("append", binding, point, batch, writes_rows);
+                crash_and_recover(query("append"), binding, point, batch, writes_rows);
             assert_eq!(
                 got, rows,
                 "{point}:{batch}: the Delta table differs from the uninterrupted run"
@@ -316,7 +330,7 @@ fn append_into_delta_killed_at_every_step_loses_and_duplicates_nothing() {
 #[test]
 fn update_mode_merged_into_delta_killed_and_restarted_keeps_one_row_per_window() {
     let binding = "delta://out/counts?mode=merge&keys=window_start,window_end,campaign";
-    let (rows, versions, batches) = reference("update", binding);
+    let (rows, versions, batches) = reference(query("update"), binding);
     // Update mode upserts every changed window, including the last one the watermark
     // never closes; the late click is still dropped.
     let mut expected = closed_windows();
@@ -324,16 +338,37 @@ fn update_mode_merged_into_delta_killed_and_restarted_keeps_one_row_per_window()
     expected.sort();
     assert_eq!(rows, expected, "the uninterrupted run is right");
     let last = *batches.last().unwrap();
-    for point in [
-        "after_offsets",
-        "in_sink",
-        "after_sink",
-        "after_state",
-        "after_commit",
-    ] {
+    for point in FAIL_POINTS {
         for batch in [0u64, 2, last] {
             let (got, got_versions) =
-                crash_and_recover("update", binding, point, batch, batch == 0);
+                crash_and_recover(query("update"), binding, point, batch, batch == 0);
+            assert_eq!(got, rows, "{point}:{batch}: merged table differs");
+            assert_eq!(got_versions, versions, "{point}:{batch}: Delta commits");
+        }
+    }
+}
+
+/// Allowed lateness into a merged Delta table: the late 00:30 click (judged in batch 3 by
+/// the watermark 01:05, its window [00:00, 01:00) ended 5 s before) is inside the 30 s of
+/// lateness, so it updates its window, merged again with 3. Killed at every step of the
+/// batches where that window is past its end but still open (2: the watermark reaches
+/// 01:05; 3: the late click arrives), the restarted query still holds the window.
+#[test]
+fn update_mode_with_allowed_lateness_merges_late_updates_across_kills_inside_the_lateness() {
+    let binding = "delta://out/counts?mode=merge&keys=window_start,window_end,campaign";
+    let late = Query {
+        output_mode: "update",
+        lateness: Some("30 seconds"),
+    };
+    let (rows, versions, _) = reference(late, binding);
+    let mut expected = closed_windows();
+    expected[0] = window("00:00", "01:00", "c1", 3);
+    expected.push(window("05:00", "06:00", "c1", 1));
+    expected.sort();
+    assert_eq!(rows, expected, "the uninterrupted run is right");
+    for point in FAIL_POINTS {
+        for batch in [2u64, 3] {
+            let (got, got_versions) = crash_and_recover(late, binding, point, batch, false);
             assert_eq!(got, rows, "{point}:{batch}: merged table differs");
             assert_eq!(got_versions, versions, "{point}:{batch}: Delta commits");
         }
@@ -346,7 +381,7 @@ fn update_mode_merged_into_delta_killed_and_restarted_keeps_one_row_per_window()
 #[test]
 fn complete_mode_overwrites_killed_at_every_step_lose_and_duplicate_nothing() {
     let binding = "delta://out/counts";
-    let (rows, versions, batches) = reference("complete", binding);
+    let (rows, versions, batches) = reference(query("complete"), binding);
     // Every window, the last one the watermark never closes included. Complete mode
     // keeps all state and drops no late row (as Spark): the 00:30 click counts. No
     // no-data batches in complete mode: the six files are batches 0-5.
@@ -356,15 +391,10 @@ fn complete_mode_overwrites_killed_at_every_step_lose_and_duplicate_nothing() {
     expected.sort();
     assert_eq!(rows, expected, "the uninterrupted run is right");
     assert_eq!(batches, (0..6).collect::<Vec<_>>());
-    for point in [
-        "after_offsets",
-        "in_sink",
-        "after_sink",
-        "after_state",
-        "after_commit",
-    ] {
+    for point in FAIL_POINTS {
         for batch in [0u64, 2, 3, 5] {
-            let (got, got_versions) = crash_and_recover("complete", binding, point, batch, true);
+            let (got, got_versions) =
+                crash_and_recover(query("complete"), binding, point, batch, true);
             assert_eq!(got, rows, "{point}:{batch}: the Delta table differs");
             assert_eq!(got_versions, versions, "{point}:{batch}: Delta commits");
         }
@@ -377,7 +407,7 @@ fn a_batch_run_reads_a_delta_table_and_overwrites_another() {
     // delta source) and writes the campaigns' totals to another Delta table.
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    project(dir, "append", "delta://out/counts");
+    project(dir, query("append"), "delta://out/counts");
     run_ok(dir);
     run_totals_twice(
         dir,

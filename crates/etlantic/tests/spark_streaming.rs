@@ -391,4 +391,15 @@ fn the_planner_refuses_what_a_streaming_query_on_spark_cannot_do() {
         text.contains("ETL507") && text.contains("`accept`"),
         "{text}"
     );
+
+    // Allowed lateness: Spark closes a window when the watermark passes its end.
+    let lateness = PIPELINE.replace(
+        "size: 1 minute}",
+        "size: 1 minute, allowed_lateness: 30 seconds}",
+    );
+    let text = plan_errors(&spark, &lateness);
+    assert!(
+        text.contains("ETL501") && text.contains("allows 30 seconds of lateness"),
+        "{text}"
+    );
 }

@@ -227,6 +227,9 @@ catalogue! {
     STATE_STORE_UNSUPPORTED = ("ETL435", "state-store-unsupported", Streaming, Error,
         "An operator of the query cannot keep its state in the profile's `state_store` (every built-in operator can; an operator of a third-party engine may not).",
         "Run the query with `state_store: memory`, or move the operator to a query of its own.");
+    LATENESS_WITHOUT_WATERMARK = ("ETL436", "allowed-lateness-without-watermark", Streaming, Error,
+        "A window declares allowed lateness, but its event-time column has no watermark on an unbounded input: nothing is ever late and no window ever closes, so the lateness would mean nothing.",
+        "Declare event_time and a watermark on the source the window's column comes from, or remove `allowed_lateness`.");
 
     // ---- capability ----
     BACKEND_UNSUPPORTED_ACTION = ("ETL501", "backend-unsupported-action", Capability, Error,

@@ -648,6 +648,7 @@ mod tests {
                         kind: crate::ir::WindowKind::Tumbling {
                             size: crate::streaming::Duration::from_secs(60),
                         },
+                        allowed_lateness: crate::streaming::Duration::ZERO,
                     },
                     group_by: vec![NamedExpr::column("title")],
                     aggregates: vec![Aggregate {

@@ -280,6 +280,7 @@ mod tests {
                     kind: crate::ir::WindowKind::Tumbling {
                         size: crate::streaming::Duration::from_secs(10),
                     },
+                    allowed_lateness: crate::streaming::Duration::ZERO,
                 },
                 group_by: vec![NamedExpr::column("id"), NamedExpr::column("name")],
                 aggregates: vec![],

@@ -168,13 +168,15 @@ pub fn event_time_lags(
             // The window of an event-time column is event time too (Spark gives the
             // `window` struct the watermark metadata): its bounds are final once emitted
             // in append mode, which is what lets a later window aggregation or join use
-            // them (chained stateful operators).
+            // them (chained stateful operators). A window with allowed lateness is open
+            // that much longer, so its bounds lag the watermark by it too.
             Action::WindowAggregate {
                 group_by, window, ..
             } => {
                 let windowed = lag_of(&cur, &window.time_column);
                 cur = keys_of(&cur, group_by);
                 if let Some(lag_us) = windowed {
+                    let lag_us = lag_us.saturating_add(window.allowed_lateness.as_micros());
                     cur.extend(WINDOW_BOUNDS.iter().map(|c| EventColumn {
                         name: c.to_string(),
                         lag_us,
@@ -349,6 +351,7 @@ mod tests {
                         kind: crate::ir::WindowKind::Tumbling {
                             size: crate::streaming::Duration::from_secs(10),
                         },
+                        allowed_lateness: crate::streaming::Duration::ZERO,
                     },
                     group_by: vec![NamedExpr::column("auction"), NamedExpr::column("ts")],
                     aggregates: vec![],
@@ -363,6 +366,44 @@ mod tests {
         assert_eq!(watermark_column(&l["w"]).unwrap(), "window_end");
         assert_eq!(watermark_column(&l["v"]).unwrap(), "ts");
         assert_eq!(watermark_column(&[]), None);
+    }
+
+    #[test]
+    fn allowed_lateness_delays_a_windows_bounds() {
+        let mut window = crate::ir::WindowSpec::new(
+            "ts",
+            crate::ir::WindowKind::Tumbling {
+                size: crate::streaming::Duration::from_secs(10),
+            },
+        );
+        window.allowed_lateness = crate::streaming::Duration::from_secs(30);
+        let steps = [node(
+            "w",
+            "bids",
+            Action::WindowAggregate {
+                window,
+                group_by: vec![],
+                aggregates: vec![],
+            },
+        )];
+        let ports = HashMap::from([(
+            "bids".to_string(),
+            vec![EventColumn {
+                name: "ts".into(),
+                lag_us: 5,
+            }],
+        )]);
+        let l = event_time_lags(&steps, ports);
+        // A window is updated until the watermark passes its end plus the lateness.
+        assert_eq!(
+            l["w"],
+            WINDOW_BOUNDS
+                .map(|c| EventColumn {
+                    name: c.into(),
+                    lag_us: 30_000_005,
+                })
+                .to_vec()
+        );
     }
 
     #[test]
@@ -421,6 +462,7 @@ mod tests {
                         kind: WindowKind::Tumbling {
                             size: Duration::from_secs(60),
                         },
+                        allowed_lateness: crate::streaming::Duration::ZERO,
                     },
                     group_by: vec![],
                     aggregates: vec![],

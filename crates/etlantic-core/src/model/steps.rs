@@ -17,7 +17,7 @@
 //!   - union: {other: more_orders, by_name: true, allow_missing: false}
 //!   - aggregate: {group_by: [customer_id], aggregates: {n: "count_all()", total: "sum(total)"}}
 //!   - window_aggregate:
-//!       window: {type: tumbling, column: ts, size: 1 minute}
+//!       window: {type: tumbling, column: ts, size: 1 minute, allowed_lateness: 30 seconds}
 //!       group_by: [campaign]
 //!       aggregates: {clicks: "count_all()"}
 //!   - sort: [customer_id, {expr: total, descending: true}]

@@ -83,6 +83,12 @@ pub struct StreamingSupport {
     /// runs only on streams here) lists them here.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub actions: Vec<String>,
+    /// Whether its streaming window aggregations keep a window open for the window's
+    /// `allowed_lateness` after the watermark passes its end (see
+    /// [`crate::ir::WindowSpec::allowed_lateness`]). A backend without it is never given
+    /// a window with allowed lateness on a stream (`ETL501` at planning).
+    #[serde(default)]
+    pub allowed_lateness: bool,
 }
 
 impl BackendCapabilities {

@@ -323,6 +323,7 @@ impl MicroBatchProgram for DataFusionProgram {
                                 policy: s.late_policy.clone(),
                                 rows,
                                 sources: s.sources.join(","),
+                                allowed_lateness: s.allowed_lateness,
                             });
                         }
                         out.state.push(StateOperatorProgress::new(
@@ -498,6 +499,7 @@ fn run_pair_unit(
             policy: s.late_policy.clone(),
             rows: l,
             sources: s.sources.join(","),
+            allowed_lateness: Duration::ZERO,
         });
     }
     if let Some(r) = late_r {
@@ -505,6 +507,7 @@ fn run_pair_unit(
             policy: sec.late_policy.clone(),
             rows: r,
             sources: sec.sources.join(","),
+            allowed_lateness: Duration::ZERO,
         });
     }
     let late_count = out.late_count[0] + out.late_count[1];

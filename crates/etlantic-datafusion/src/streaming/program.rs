@@ -15,7 +15,7 @@ use etlantic_core::ir::keys::UniqueKey;
 use etlantic_core::ir::lineage::EventColumn;
 use etlantic_core::ir::{Action, ActionNode, Expr, NamedExpr, WindowKind};
 use etlantic_core::plugin::{StepLogic, StepTask};
-use etlantic_core::streaming::{LatePolicy, OutputMode};
+use etlantic_core::streaming::{Duration, LatePolicy, OutputMode};
 use etlantic_runtime::engine::ProgramSource;
 use indexmap::IndexMap;
 use serde_json::Value;
@@ -40,9 +40,13 @@ pub struct StatefulUnit {
     /// Whether any of them is watermarked.
     pub watermarked: bool,
     /// How far (µs) behind the watermark the event time it compares with the watermark
-    /// may be (after a stream-stream join: see `lineage::EventColumn`): it judges late
-    /// rows and evicts state by the watermarks minus this.
+    /// may be (after a stream-stream join: see `lineage::EventColumn`), plus a window's
+    /// allowed lateness: it judges late rows and evicts state by the watermarks minus
+    /// this.
     pub watermark_lag_us: i64,
+    /// A window's allowed lateness (zero for other steps), included in
+    /// `watermark_lag_us`; named in the reason of the late rows it quarantines.
+    pub allowed_lateness: Duration,
     /// Whether another stateful unit reads what it emits: it then runs in append mode
     /// whatever the sink's (see [`mark_inner_units`]).
     pub inner: bool,
@@ -419,7 +423,16 @@ pub fn build_transform(
                 }),
             _ => present_watermark_column(&event_cols, &input),
         };
-        let watermark_lag_us = lag_of(lagged, compared.as_deref());
+        let mut watermark_lag_us = lag_of(lagged, compared.as_deref());
+        let mut allowed_lateness = Duration::ZERO;
+        // A window with allowed lateness judges rows and closes windows against the
+        // watermark minus the lateness: a row is late only when its window ended more
+        // than that before the watermark, and the window's state (and, in append mode,
+        // its one output row) waits as long.
+        if let Action::WindowAggregate { window, .. } = &step.op {
+            allowed_lateness = window.allowed_lateness;
+            watermark_lag_us = watermark_lag_us.saturating_add(window.allowed_lateness.as_micros());
+        }
         let (op, prepare): (Box<dyn StatefulOperator>, Vec<NamedExpr>) = match &step.op {
             Action::Aggregate {
                 group_by,
@@ -584,6 +597,7 @@ pub fn build_transform(
             sources: fed,
             watermarked,
             watermark_lag_us,
+            allowed_lateness,
             inner: false,
             secondary: None,
             prepared: Default::default(),
@@ -937,6 +951,7 @@ pub fn join_unit(
         // The plan refuses a stream-stream join of a join's output, the one input whose
         // event time would lag the watermark.
         watermark_lag_us: 0,
+        allowed_lateness: Duration::ZERO,
         inner: false,
         prepared: Default::default(),
         changes_since_whole: 0,

@@ -529,3 +529,12 @@ pub fn codes_of(fx: &Fixture) -> (bool, Vec<String>) {
         o.diagnostics.iter().map(|d| d.code.clone()).collect(),
     )
 }
+
+/// A one-source windowed pipeline: `events` (watermark 5 s, `late` policy) → `agg`
+/// (`step`) → `out` (the [`win`] columns) in `mode`.
+pub fn windowed(name: &str, step: &str, mode: OutputMode, late: LatePolicy) -> Fixture {
+    Fixture::new(name)
+        .source(Src::new("events").watermark("ts", "5 seconds").late(late))
+        .transform_yaml("agg", &["events"], &[step])
+        .sink("out", "agg", WIN_COLS, mode)
+}

@@ -110,7 +110,44 @@ impl Planner<'_> {
         self.region_locations();
         self.in_place_sources();
         if mode == ExecutionMode::Streaming {
+            self.allowed_lateness();
             self.whole_query_streaming();
+        }
+    }
+
+    /// A window with allowed lateness on a stream runs only on a backend that keeps
+    /// windows open for it; anywhere else it would silently close at the watermark.
+    fn allowed_lateness(&mut self) {
+        let plans = self.logic_plans();
+        let mut found = Vec::new();
+        for id in &self.order {
+            let (Some(backend), Some(plan)) = (self.backend_of.get(id), plans.get(id)) else {
+                continue;
+            };
+            if backend.capabilities().streaming.allowed_lateness {
+                continue;
+            }
+            for step in &plan.decoded().steps {
+                if let etlantic_core::ir::Action::WindowAggregate { window, .. } = &step.op {
+                    if window.allowed_lateness > etlantic_core::streaming::Duration::ZERO {
+                        found.push(
+                            Diagnostic::new(
+                                &codes::BACKEND_UNSUPPORTED_ACTION,
+                                format!(
+                                    "the window of `{id}` allows {} of lateness, but `{}` closes a streaming window when the watermark passes its end",
+                                    window.allowed_lateness,
+                                    backend.name()
+                                ),
+                            )
+                            .at(format!("transforms[{id}].steps[{}]", step.id))
+                            .help("Run this transformation on `datafusion` (the embedded runtime keeps windows open for their lateness), or remove `allowed_lateness`."),
+                        );
+                    }
+                }
+            }
+        }
+        for d in found {
+            self.push(d);
         }
     }
 

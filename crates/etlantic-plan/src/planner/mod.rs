@@ -170,7 +170,7 @@ impl<'a> Planner<'a> {
         Ok(self.build(guarantees))
     }
 
-    fn logic_plans(&self) -> HashMap<String, Arc<TransformPlan>> {
+    pub(super) fn logic_plans(&self) -> HashMap<String, Arc<TransformPlan>> {
         self.logic
             .iter()
             .filter_map(|(id, (l, _))| match l {

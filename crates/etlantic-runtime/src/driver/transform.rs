@@ -4,11 +4,11 @@
 
 use super::{BatchStats, StreamingQuery};
 use crate::checkpoint::OffsetEntry;
-use crate::engine::{BatchTimes, DuplicateRows, ProgramRun};
+use crate::engine::{BatchTimes, DuplicateRows, LateRows, ProgramRun};
 use arrow::array::RecordBatch;
 use etlantic_core::data::{RejectedRecord, SourcePosition, Table};
 use etlantic_core::diagnostics::{codes, Error, Result};
-use etlantic_core::streaming::LatePolicy;
+use etlantic_core::streaming::{Duration, LatePolicy};
 use std::collections::HashMap;
 
 fn io(e: impl std::fmt::Display) -> Error {
@@ -53,11 +53,9 @@ impl StreamingQuery {
             match late.policy {
                 LatePolicy::Drop | LatePolicy::Accept => {}
                 LatePolicy::Quarantine => {
-                    routed.quarantined.extend(late_records(
-                        &late.rows,
-                        &late.sources,
-                        late_watermark_ms,
-                    )?);
+                    routed
+                        .quarantined
+                        .extend(late_records(&late, late_watermark_ms)?);
                 }
                 LatePolicy::SideOutput { sink } => {
                     if let Some(&i) = self.side_sinks.get(&sink) {
@@ -70,18 +68,19 @@ impl StreamingQuery {
     }
 }
 
-fn late_records(
-    late: &RecordBatch,
-    sources: &str,
-    watermark_ms: i64,
-) -> Result<Vec<RejectedRecord>> {
-    let reason = format!(
-        "late event: behind the watermark {}",
-        chrono::DateTime::from_timestamp_millis(watermark_ms)
-            .map(|d| d.to_rfc3339())
-            .unwrap_or_default()
-    );
-    rows_as_records(late, sources, &codes::LATE_EVENT, &reason, None)
+fn late_records(late: &LateRows, watermark_ms: i64) -> Result<Vec<RejectedRecord>> {
+    let watermark = chrono::DateTime::from_timestamp_millis(watermark_ms)
+        .map(|d| d.to_rfc3339())
+        .unwrap_or_default();
+    let reason = if late.allowed_lateness > Duration::ZERO {
+        format!(
+            "late event: its window ended more than the allowed lateness ({}) before the watermark {watermark}",
+            late.allowed_lateness
+        )
+    } else {
+        format!("late event: behind the watermark {watermark}")
+    };
+    rows_as_records(&late.rows, &late.sources, &codes::LATE_EVENT, &reason, None)
 }
 
 /// The rows a stream-stream join rejected for repeating a unique key, as quarantine

@@ -386,6 +386,7 @@ pub fn scenario_pipeline(s: &Scenario, tag: &str) -> Result<ScenarioPipeline, St
                         window: WindowSpec {
                             time_column: column,
                             kind,
+                            allowed_lateness: etlantic_core::streaming::Duration::ZERO,
                         },
                         group_by,
                         aggregates,

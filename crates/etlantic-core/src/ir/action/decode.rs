@@ -370,6 +370,27 @@ fn window_spec(v: Option<&Value>) -> Result<WindowSpec, String> {
         .and_then(Value::as_str)
         .ok_or("window needs `timeField`")?
         .to_string();
+    // A key this decoder does not read would be silently dropped from the window.
+    const KNOWN: [&str; 9] = [
+        "type",
+        "timeField",
+        "column",
+        "field",
+        "size",
+        "slide",
+        "gap",
+        "allowedLateness",
+        "allowed_lateness",
+    ];
+    if let Some(k) = m.keys().find(|k| !KNOWN.contains(&k.as_str())) {
+        return Err(format!(
+            "unknown window key `{k}` (a window has type, timeField, size, slide, gap and allowedLateness)"
+        ));
+    }
+    let allowed_lateness = match params_get(m, &["allowedLateness", "allowed_lateness"]) {
+        None | Some(Value::Null) => Duration::ZERO,
+        v => duration(v, "allowedLateness")?,
+    };
     let kind = match m.get("type").and_then(Value::as_str).unwrap_or("tumbling") {
         "tumbling" => WindowKind::Tumbling {
             size: duration(m.get("size"), "size")?,
@@ -397,7 +418,11 @@ fn window_spec(v: Option<&Value>) -> Result<WindowSpec, String> {
         }
         _ => {}
     }
-    Ok(WindowSpec { time_column, kind })
+    Ok(WindowSpec {
+        time_column,
+        kind,
+        allowed_lateness,
+    })
 }
 
 /// Decodes an action from its registry id and parameters.

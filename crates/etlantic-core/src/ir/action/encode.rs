@@ -5,6 +5,7 @@ use super::{
     Action, Aggregate, JoinTimeRange, NamedExpr, SortKey, WindowKind, WindowSpec, JOIN_TIME_RANGE,
 };
 use crate::ir::expr::Expr;
+use crate::streaming::Duration;
 use serde_json::{json, Value};
 
 /// Encodes a time range as `{left, right, lower, upper}`.
@@ -13,7 +14,7 @@ pub fn encode_time_range(r: &JoinTimeRange) -> Value {
 }
 
 fn encode_window(w: &WindowSpec) -> Value {
-    match &w.kind {
+    let mut v = match &w.kind {
         WindowKind::Tumbling { size } => {
             json!({"type": "tumbling", "timeField": w.time_column, "size": size.to_string()})
         }
@@ -24,7 +25,12 @@ fn encode_window(w: &WindowSpec) -> Value {
         WindowKind::Session { gap } => {
             json!({"type": "session", "timeField": w.time_column, "gap": gap.to_string()})
         }
+    };
+    // Written only when set, so plans without it keep their bytes (and fingerprints).
+    if w.allowed_lateness > Duration::ZERO {
+        v["allowedLateness"] = json!(w.allowed_lateness.to_string());
     }
+    v
 }
 
 fn encode_named(items: &[NamedExpr]) -> Value {

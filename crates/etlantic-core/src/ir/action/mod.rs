@@ -231,6 +231,22 @@ pub struct WindowSpec {
     pub time_column: String,
     /// Its geometry.
     pub kind: WindowKind,
+    /// How long a window stays open after the watermark passes its end (Flink's and
+    /// Beam's *allowed lateness*): a late row within it updates the window, which is
+    /// emitted again in update mode; append mode emits each window once, when the
+    /// watermark passes its end plus this. Zero (the default) is Spark's behaviour.
+    pub allowed_lateness: Duration,
+}
+
+impl WindowSpec {
+    /// A window over `time_column` without allowed lateness.
+    pub fn new(time_column: impl Into<String>, kind: WindowKind) -> Self {
+        WindowSpec {
+            time_column: time_column.into(),
+            kind,
+            allowed_lateness: Duration::ZERO,
+        }
+    }
 }
 
 /// A decoded semantic action.

@@ -81,6 +81,42 @@ fn window_actions_round_trip() {
 }
 
 #[test]
+fn a_windows_allowed_lateness_decodes_and_round_trips() {
+    let decode = |window: Value| {
+        decode_action(
+            WINDOW_AGGREGATE,
+            &obj(json!({"window": window, "aggregates": [{"as": "n", "op": "count_all"}]})),
+        )
+    };
+    let lateness = |a: &Action| match a {
+        Action::WindowAggregate { window, .. } => window.allowed_lateness,
+        _ => panic!("{a:?}"),
+    };
+    let a = decode(json!({"type": "tumbling", "timeField": "ts", "size": "10 seconds", "allowedLateness": "PT30S"})).unwrap();
+    assert_eq!(lateness(&a), Duration::from_secs(30));
+    let encoded = encode_action(&a).unwrap();
+    assert_eq!(encoded["window"]["allowedLateness"], json!("30 seconds"));
+    assert_eq!(decode_action(WINDOW_AGGREGATE, &obj(encoded)).unwrap(), a);
+    // The pipeline's spelling, and none: zero, and not written (plans keep their bytes).
+    let b =
+        decode(json!({"timeField": "ts", "size": "10 seconds", "allowed_lateness": "1 minute"}))
+            .unwrap();
+    assert_eq!(lateness(&b), Duration::from_secs(60));
+    let c = decode(json!({"timeField": "ts", "size": "10 seconds"})).unwrap();
+    assert_eq!(lateness(&c), Duration::ZERO);
+    assert!(encode_action(&c).unwrap()["window"]
+        .get("allowedLateness")
+        .is_none());
+    // A bad duration, or a key the window does not know, is refused, never ignored.
+    let err = decode(json!({"timeField": "ts", "size": "10 seconds", "allowedLateness": "soon"}))
+        .unwrap_err();
+    assert!(err.contains("soon"), "{err}");
+    let err = decode(json!({"timeField": "ts", "size": "10 seconds", "lateness": "1 minute"}))
+        .unwrap_err();
+    assert!(err.contains("unknown window key `lateness`"), "{err}");
+}
+
+#[test]
 fn join_time_range_decodes_and_round_trips() {
     let a = decode_action(
         "dtcs:join",
