@@ -361,24 +361,14 @@ fn constraints(rels: &[Rel]) -> Vec<Conj> {
                     };
                     input(0).iter().filter_map(|e| rename(e, &map)).collect()
                 }
-                Action::WithFields { assignments } => input(0)
-                    .iter()
-                    .filter(|e| {
-                        !e.columns()
-                            .iter()
-                            .any(|c| assignments.iter().any(|a| &a.name == c))
-                    })
-                    .cloned()
-                    .collect(),
-                Action::WindowFields { assignments } => input(0)
-                    .iter()
-                    .filter(|e| {
-                        !e.columns()
-                            .iter()
-                            .any(|c| assignments.iter().any(|a| &a.name == c))
-                    })
-                    .cloned()
-                    .collect(),
+                Action::WithFields { .. } | Action::WindowFields { .. } => {
+                    let assigned = op.assigned_columns();
+                    input(0)
+                        .iter()
+                        .filter(|e| !e.columns().iter().any(|c| assigned.contains(&c.as_str())))
+                        .cloned()
+                        .collect()
+                }
                 Action::DropFields { fields, .. } => input(0)
                     .iter()
                     .filter(|e| !e.columns().iter().any(|c| fields.contains(c)))

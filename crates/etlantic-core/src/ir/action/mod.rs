@@ -522,6 +522,21 @@ impl Action {
         }
     }
 
+    /// The columns a `with_fields`-like action assigns (adds or replaces), in order:
+    /// its row assignments or its window-function assignments; empty for any other
+    /// action.
+    pub fn assigned_columns(&self) -> Vec<&str> {
+        match self {
+            Action::WithFields { assignments } => {
+                assignments.iter().map(|a| a.name.as_str()).collect()
+            }
+            Action::WindowFields { assignments } => {
+                assignments.iter().map(|a| a.name.as_str()).collect()
+            }
+            _ => vec![],
+        }
+    }
+
     /// Relations other than the target that this action reads.
     pub fn secondary_inputs(&self) -> Vec<&str> {
         match self {
