@@ -15,8 +15,10 @@ pub mod runner;
 pub use case::Case;
 pub use runner::{run_case, BackendUnderTest, Matrix, Outcome};
 
+#[cfg(feature = "equivalence")]
 use std::sync::Arc;
 
+#[cfg(feature = "equivalence")]
 /// The relative tolerance the SQLite backend documents for numeric results (its
 /// decimals are binary floating point).
 pub const SQLITE_TOLERANCE: f64 = 1e-9;
@@ -26,6 +28,7 @@ pub fn corpus_dir() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("equivalence")
 }
 
+#[cfg(feature = "equivalence")]
 /// The backends of the workspace; PostgreSQL runs against `postgres_url` and Spark
 /// against the Spark Connect endpoint `spark_url` when given.
 pub fn standard_backends(
